@@ -1,0 +1,1 @@
+//! Criterion benchmarks for Tollgate live in this crate's `benches/` folder; this library is empty.

@@ -1,0 +1,149 @@
+//! Token bucket as GCRA, the generic cell rate algorithm: one timestamp is the whole state.
+//!
+//! The state is the *theoretical arrival time* (TAT): the instant at which the bucket would be full
+//! again. Admitting `cost` units moves it `cost × T` later (`T` = emission interval); a request is
+//! admitted iff the new TAT is no more than `burst × T` ahead of now. This is exactly a token bucket of
+//! capacity `burst` refilling one token every `T`, without a refill loop or a second word.
+//!
+//! Bound: over any interval of length `d`, admissions total at most `burst + d / T` units, and since
+//! `T` is `period / limit` rounded *up*, that is at most `burst + rate × d`.
+
+use crate::algorithm::{Algorithm, Transition};
+use crate::clock::Nanos;
+use crate::decision::{CheckError, Decision};
+use crate::quota::{Quota, QuotaError};
+
+/// One step of the TAT arithmetic shared by [`Gcra`], [`LeakyBucket`](crate::LeakyBucket) and
+/// [`Shaper`](crate::Shaper).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct TatStep {
+    /// The TAT after admitting the request.
+    pub new_tat: Nanos,
+    /// The earliest instant at which the request fits within the bucket depth.
+    pub allow_at: Nanos,
+}
+
+/// `cost` units arriving at `now` against `tat`, for emission interval `interval` and bucket depth
+/// `depth` (= burst × interval). `None` when the new TAT would pass the end of the clock's range
+/// (584 years): callers then deny, which fails closed.
+///
+/// `cost × interval` cannot overflow: callers check `cost <= burst`, and `burst × interval` was checked
+/// when the quota was built.
+#[inline]
+pub(crate) fn tat_step(
+    tat: Nanos,
+    now: Nanos,
+    cost: u64,
+    interval: Nanos,
+    depth: Nanos,
+) -> Option<TatStep> {
+    // A TAT in the past means a full bucket: start from now. A TAT ahead of now (including when the
+    // clock went backwards) is kept, so a backwards clock only ever makes us stricter.
+    let new_tat = tat.max(now).checked_add(cost * interval)?;
+    Some(TatStep {
+        new_tat,
+        allow_at: new_tat.saturating_sub(depth),
+    })
+}
+
+/// The decision for a TAT step at `now`: allowed with the tokens left, or denied until `allow_at`.
+#[inline]
+pub(crate) fn tat_transition(
+    tat: Nanos,
+    now: Nanos,
+    cost: u64,
+    interval: Nanos,
+    depth: Nanos,
+) -> Transition {
+    let Some(step) = tat_step(tat, now, cost, interval, depth) else {
+        return Transition::unchanged(Decision::denied(Nanos::MAX, Nanos::MAX));
+    };
+    if now < step.allow_at {
+        return Transition::unchanged(Decision::denied(
+            step.allow_at - now,
+            tat.saturating_sub(now),
+        ));
+    }
+    // Here `now <= new_tat <= now + depth`, so neither subtraction wraps.
+    let ahead = step.new_tat - now;
+    let decision = Decision::allowed((depth - ahead) / interval, ahead);
+    if cost == 0 {
+        // Asking for nothing consumes nothing: do not move a stale TAT up to `now`.
+        Transition::unchanged(decision)
+    } else {
+        Transition::allow(decision, step.new_tat)
+    }
+}
+
+/// Token bucket as GCRA: capacity `quota.burst()`, refilling one unit every
+/// `quota.emission_interval()`.
+///
+/// State word: the theoretical arrival time in [`Nanos`] (0 = fresh). A denial is one load and no
+/// write; an admission one compare-and-swap. Memory: 8 bytes per limiter or key.
+///
+/// ```
+/// use tollgate_core::{algorithm::Algorithm, Gcra, Quota};
+///
+/// // 10 per second, bucket of 100.
+/// let gcra = Gcra::from_quota(Quota::per_second(10)?.with_burst(100)?)?;
+/// let mut state = 0;
+/// for _ in 0..100 {
+///     let t = gcra.decide(state, 0, 1)?;
+///     assert!(t.decision.is_allowed());
+///     state = t.next.unwrap();
+/// }
+/// let t = gcra.decide(state, 0, 1)?;
+/// assert_eq!(t.decision.retry_after(), Some(std::time::Duration::from_millis(100)));
+/// assert_eq!(t.next, None); // a denial writes nothing
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Gcra {
+    quota: Quota,
+    interval: Nanos,
+    depth: Nanos,
+}
+
+impl Gcra {
+    /// The emission interval `T` in nanoseconds.
+    pub fn interval(&self) -> Nanos {
+        self.interval
+    }
+
+    /// The bucket depth `burst × T` in nanoseconds.
+    pub fn depth(&self) -> Nanos {
+        self.depth
+    }
+}
+
+impl Algorithm for Gcra {
+    const NAME: &'static str = "gcra";
+
+    fn from_quota(quota: Quota) -> Result<Self, QuotaError> {
+        Ok(Gcra {
+            quota,
+            interval: quota.emission_interval_nanos(),
+            depth: quota.burst_nanos(),
+        })
+    }
+
+    fn quota(&self) -> &Quota {
+        &self.quota
+    }
+
+    #[inline]
+    fn capacity(&self) -> u64 {
+        self.quota.burst()
+    }
+
+    #[inline]
+    fn decide(&self, tat: u64, now: Nanos, cost: u64) -> Result<Transition, CheckError> {
+        self.check_cost(cost)?;
+        Ok(tat_transition(tat, now, cost, self.interval, self.depth))
+    }
+
+    #[inline]
+    fn is_fresh(&self, tat: u64, now: Nanos) -> bool {
+        tat <= now
+    }
+}

@@ -1,0 +1,93 @@
+//! The algorithms as pure state transitions over one `u64` state word.
+//!
+//! An [`Algorithm`] holds only validated parameters; it never reads a clock and never touches an
+//! atomic. Storage — one atomic word ([`AtomicLimiter`](crate::AtomicLimiter)), a slot in a keyed
+//! table, a Redis key — applies its [`decide`](Algorithm::decide) function. That same function is what
+//! the unit, property and loom tests exercise and what the Redis scripts are checked against.
+
+use crate::clock::Nanos;
+use crate::decision::{CheckError, Decision};
+use crate::quota::{Quota, QuotaError};
+
+pub mod fixed_window;
+pub mod gcra;
+pub mod leaky_bucket;
+pub mod sliding_window;
+
+/// What a decision does to the state: the answer, and the word to store (`None`: store nothing).
+///
+/// A denial always has `next == None`: denying never writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Transition {
+    /// The answer to give the caller.
+    pub decision: Decision,
+    /// The new state word, if the decision consumed capacity.
+    pub next: Option<u64>,
+}
+
+impl Transition {
+    /// An admission that stores `next`.
+    #[inline]
+    pub fn allow(decision: Decision, next: u64) -> Self {
+        Transition {
+            decision,
+            next: Some(next),
+        }
+    }
+
+    /// A decision that stores nothing (a denial, or an admission of cost 0).
+    #[inline]
+    pub fn unchanged(decision: Decision) -> Self {
+        Transition {
+            decision,
+            next: None,
+        }
+    }
+}
+
+/// A rate-limiting algorithm whose whole per-limiter state is one `u64` word.
+///
+/// The word's layout is the algorithm's own business (each documents it on its packed state type);
+/// storage only loads, stores and compares it. The fresh state is `0` for every algorithm, so a
+/// zeroed slot is a fresh limiter.
+pub trait Algorithm: Clone + Send + Sync + 'static {
+    /// A short stable name (`"gcra"`, `"fixed_window"`, ...), for reports and metrics.
+    const NAME: &'static str;
+
+    /// Builds the algorithm's parameters from a quota.
+    ///
+    /// # Errors
+    /// A [`QuotaError`] when the quota is beyond what this algorithm's state can represent.
+    fn from_quota(quota: Quota) -> Result<Self, QuotaError>;
+
+    /// The quota this algorithm enforces.
+    fn quota(&self) -> &Quota;
+
+    /// The largest cost one request may have; anything above is a [`CheckError`].
+    fn capacity(&self) -> u64;
+
+    /// Decides a request of `cost` units arriving at `now` against `state`.
+    ///
+    /// Pure: the same inputs always give the same output. A `now` earlier than the time the state was
+    /// last written (a clock gone backwards) is handled conservatively: never more admissions than at
+    /// the later time, and no panic.
+    ///
+    /// # Errors
+    /// [`CheckError::CostExceedsCapacity`] when `cost > self.capacity()`.
+    fn decide(&self, state: u64, now: Nanos, cost: u64) -> Result<Transition, CheckError>;
+
+    /// Whether `state` at `now` behaves exactly like the fresh state `0` for every future request,
+    /// so a keyed table may drop it (eviction is then invisible to the key's next caller).
+    fn is_fresh(&self, state: u64, now: Nanos) -> bool;
+
+    /// The error for a cost above capacity, if `cost` is one.
+    #[inline]
+    fn check_cost(&self, cost: u64) -> Result<(), CheckError> {
+        let capacity = self.capacity();
+        if cost > capacity {
+            Err(CheckError::CostExceedsCapacity { cost, capacity })
+        } else {
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,255 @@
+//! Sliding window counter: the fixed window's two most recent counts, with the previous window's
+//! count weighted by how much of it still overlaps the trailing window.
+//!
+//! `estimate = current + ⌈previous × (period − elapsed) / period⌉`; a request of `cost` is admitted iff
+//! `estimate + cost ≤ limit`. It assumes the previous window's requests were spread evenly.
+//!
+//! Bounds (checked by the property tests): in every aligned window, admissions total at most `limit`
+//! (the estimate includes the current count), and in every trailing window of length `period` at most
+//! `2 × limit` — reached only when a previous window's whole limit landed at its very end. For traffic
+//! that is not adversarially timed the error against an exact log is small (Cloudflare measured
+//! 0.003 % wrong decisions on real traffic); the accuracy report in `results/` measures it here.
+
+use crate::algorithm::{Algorithm, Transition};
+use crate::clock::Nanos;
+use crate::decision::{CheckError, Decision};
+use crate::quota::{Quota, QuotaError};
+
+/// A sliding-window state, unpacked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlidingState {
+    /// `now / period` when the state was last written: the "current" window.
+    pub index: u64,
+    /// Units admitted in the window before `index`.
+    pub previous: u64,
+    /// Units admitted in window `index`.
+    pub current: u64,
+}
+
+/// The bit layout of a [`SlidingState`] in one `u64`:
+/// `[ index : 64 − 2C | previous : C | current : C ]`.
+///
+/// `C` is fixed per limiter as `⌊⌊log₂ period_ns⌋ / 2⌋`. Then the largest window index the clock can
+/// produce, `u64::MAX / period`, is below `2^(64 − 2C)`: the index never wraps, so a limiter idle for
+/// any length of time reads as long past, never as a recent window. The price is the largest limit,
+/// `2^C − 1`:
+///
+/// | window | largest limit |
+/// |---|---|
+/// | 10 ms | 2 047 |
+/// | 1 s | 16 383 |
+/// | 1 min | 131 071 |
+/// | 1 h | 1 048 575 |
+///
+/// Quotas above that are a [`QuotaError::LimitTooLarge`]; for high rates use [`Gcra`](crate::Gcra),
+/// which is exact and has no such limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlidingLayout {
+    count_bits: u32,
+}
+
+impl SlidingLayout {
+    /// The layout for windows of `period` nanoseconds (`period >= 1`).
+    pub fn for_period(period: Nanos) -> Self {
+        SlidingLayout {
+            count_bits: period.max(1).ilog2() / 2,
+        }
+    }
+
+    /// The largest count (and so limit) this layout holds.
+    pub fn max_count(self) -> u64 {
+        (1u64 << self.count_bits) - 1
+    }
+
+    /// Packs `state`; both counts must be at most [`max_count`](Self::max_count).
+    #[inline]
+    pub fn pack(self, state: SlidingState) -> u64 {
+        let c = self.count_bits;
+        // `index << 2c` with 2c <= 62 keeps the shift in range.
+        (state.index << (2 * c)) | (state.previous << c) | state.current
+    }
+
+    /// Unpacks a word written by [`pack`](Self::pack).
+    #[inline]
+    pub fn unpack(self, word: u64) -> SlidingState {
+        let c = self.count_bits;
+        SlidingState {
+            index: word >> (2 * c),
+            previous: (word >> c) & self.max_count(),
+            current: word & self.max_count(),
+        }
+    }
+}
+
+/// Sliding window counter: about `quota.limit()` units per trailing `quota.period()`, from two counts.
+///
+/// State word: window index and two counts, packed by [`SlidingLayout`] (0 = fresh). A denial is one
+/// load and no write; an admission one compare-and-swap. Memory: 8 bytes per limiter or key.
+///
+/// ```
+/// use tollgate_core::algorithm::{Algorithm, sliding_window::SlidingState};
+/// use tollgate_core::{Quota, SlidingWindow};
+/// let sw = SlidingWindow::from_quota(Quota::per_minute(100)?)?;
+/// let minute = 60_000_000_000;
+/// // Previous minute admitted 80, this one 30 so far, and we are 25 % into it:
+/// // estimate = 30 + 80 × 0.75 = 90, so one more is allowed and 9 remain.
+/// let word = sw.layout().pack(SlidingState { index: 1, previous: 80, current: 30 });
+/// let t = sw.decide(word, minute + minute / 4, 1)?;
+/// assert_eq!(t.decision.remaining(), 9);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SlidingWindow {
+    quota: Quota,
+    window: Nanos,
+    limit: u64,
+    layout: SlidingLayout,
+}
+
+/// `⌈previous × (window − elapsed) / window⌉`: the previous window's share still in the trailing window.
+#[inline]
+fn weighted(previous: u64, elapsed: Nanos, window: Nanos) -> u64 {
+    let overlap = u128::from(previous) * u128::from(window - elapsed);
+    // At most `previous`, so it fits back in a u64.
+    overlap.div_ceil(u128::from(window)) as u64
+}
+
+/// The least `elapsed` in a window at which `⌈previous × (window − elapsed) / window⌉ ≤ room`, or
+/// `window` when no instant in the window will do.
+#[inline]
+fn first_fit(previous: u64, room: u64, window: Nanos) -> Nanos {
+    if previous == 0 {
+        return 0;
+    }
+    // ⌈p(W − e)/W⌉ ≤ r  ⇔  p(W − e) ≤ rW  ⇔  W − e ≤ ⌊rW / p⌋.
+    let slack = u128::from(room) * u128::from(window) / u128::from(previous);
+    window - u64::try_from(slack).unwrap_or(u64::MAX).min(window)
+}
+
+impl SlidingWindow {
+    /// The packing this limiter uses.
+    pub fn layout(&self) -> SlidingLayout {
+        self.layout
+    }
+
+    /// How long, from `elapsed` into the current window, until `cost` fits, given counts that deny it
+    /// now.
+    fn wait(&self, previous: u64, current: u64, elapsed: Nanos, cost: u64) -> Nanos {
+        let w = self.window;
+        if current + cost <= self.limit {
+            let fit = first_fit(previous, self.limit - current - cost, w);
+            if fit < w {
+                return fit - elapsed;
+            }
+        }
+        // In the next window `current` becomes the previous count and the new one starts at zero.
+        let fit = first_fit(current, self.limit - cost, w);
+        (w - elapsed).saturating_add(fit)
+    }
+
+    /// Time until every count has aged out, with `elapsed` into the current window.
+    fn reset_after(&self, previous: u64, current: u64, elapsed: Nanos) -> Nanos {
+        let until_end = self.window - elapsed;
+        if current > 0 {
+            until_end.saturating_add(self.window)
+        } else if previous > 0 {
+            until_end
+        } else {
+            0
+        }
+    }
+}
+
+impl Algorithm for SlidingWindow {
+    const NAME: &'static str = "sliding_window";
+
+    /// # Errors
+    /// [`QuotaError::LimitTooLarge`] when `limit` exceeds what [`SlidingLayout`] holds for the period.
+    fn from_quota(quota: Quota) -> Result<Self, QuotaError> {
+        let window = quota.period_nanos();
+        let layout = SlidingLayout::for_period(window);
+        if quota.limit() > layout.max_count() {
+            return Err(QuotaError::LimitTooLarge {
+                max: layout.max_count(),
+            });
+        }
+        Ok(SlidingWindow {
+            quota,
+            window,
+            limit: quota.limit(),
+            layout,
+        })
+    }
+
+    fn quota(&self) -> &Quota {
+        &self.quota
+    }
+
+    #[inline]
+    fn capacity(&self) -> u64 {
+        self.limit
+    }
+
+    fn decide(&self, word: u64, now: Nanos, cost: u64) -> Result<Transition, CheckError> {
+        self.check_cost(cost)?;
+        let state = self.layout.unpack(word);
+        let now_index = now / self.window;
+        // `lag` is how far a clock gone backwards sits before the stored window: we then decide as if
+        // at that window's start (the previous count at full weight: the strictest reading) and add
+        // the lag to the waits we report.
+        let (index, previous, current, elapsed, lag) = match now_index.checked_sub(state.index) {
+            Some(0) => (
+                now_index,
+                state.previous,
+                state.current,
+                now % self.window,
+                0,
+            ),
+            Some(1) => (now_index, state.current, 0, now % self.window, 0),
+            Some(_) => (now_index, 0, 0, now % self.window, 0),
+            None => (
+                state.index,
+                state.previous,
+                state.current,
+                0,
+                state.index * self.window - now,
+            ),
+        };
+        let estimate = current + weighted(previous, elapsed, self.window);
+        if estimate + cost > self.limit {
+            return Ok(Transition::unchanged(Decision::denied(
+                self.wait(previous, current, elapsed, cost)
+                    .saturating_add(lag),
+                self.reset_after(previous, current, elapsed)
+                    .saturating_add(lag),
+            )));
+        }
+        let current = current + cost;
+        let decision = Decision::allowed(
+            self.limit - estimate - cost,
+            self.reset_after(previous, current, elapsed)
+                .saturating_add(lag),
+        );
+        if cost == 0 {
+            return Ok(Transition::unchanged(decision));
+        }
+        Ok(Transition::allow(
+            decision,
+            self.layout.pack(SlidingState {
+                index,
+                previous,
+                current,
+            }),
+        ))
+    }
+
+    #[inline]
+    fn is_fresh(&self, word: u64, now: Nanos) -> bool {
+        let state = self.layout.unpack(word);
+        match (now / self.window).checked_sub(state.index) {
+            Some(0) | None => state.previous == 0 && state.current == 0,
+            Some(1) => state.current == 0,
+            Some(_) => true,
+        }
+    }
+}

@@ -1,0 +1,131 @@
+//! One atomic state word and the one CAS loop that applies an algorithm to it.
+//!
+//! # Ordering
+//! Every access is `Relaxed`. The word publishes no other memory — a decision depends only on the
+//! word's own value — and all read-modify-writes of one atomic location are totally ordered by its
+//! modification order (coherence), whatever their ordering argument. So concurrent admissions are
+//! each applied exactly once, in some total order, and a thread that learns of another's admission
+//! by any synchronising means (a join, a channel) then reads a state at least that new. Stronger
+//! orderings would buy nothing and cost fences on weakly ordered CPUs. The loom models in
+//! `loom-tests/` explore these interleavings.
+
+use crate::algorithm::{Algorithm, Transition};
+use crate::clock::Nanos;
+use crate::decision::{CheckError, Decision};
+use crate::sync::{AtomicU64, Ordering};
+
+/// A limiter's whole state: one `u64` word interpreted by an [`Algorithm`].
+///
+/// This is what a single limiter wraps in a `CachePadded`, and what a keyed table stores per key
+/// (8 bytes). A fresh state is `0`.
+#[derive(Debug, Default)]
+pub struct AtomicState(AtomicU64);
+
+impl AtomicState {
+    /// A state holding `word` (0 for fresh).
+    pub fn new(word: u64) -> Self {
+        AtomicState(AtomicU64::new(word))
+    }
+
+    /// The current word.
+    #[inline]
+    pub fn load(&self) -> u64 {
+        // Relaxed: see the module's ordering notes.
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// Decides `cost` at `now` and, if the algorithm says so, stores the new word.
+    ///
+    /// One load, then a `compare_exchange_weak` only when the decision writes; a failed exchange
+    /// re-decides against the value it found (no reload), so no admission is lost and none is counted
+    /// twice. A denial writes nothing.
+    ///
+    /// # Errors
+    /// [`CheckError`] from the algorithm (cost above capacity), before anything is written.
+    #[inline]
+    pub fn apply<A: Algorithm>(
+        &self,
+        algorithm: &A,
+        now: Nanos,
+        cost: u64,
+    ) -> Result<Decision, CheckError> {
+        self.apply_with(self.load(), algorithm, now, cost)
+            .map(|(decision, _)| decision)
+    }
+
+    /// [`apply`](Self::apply), starting from a word the caller already loaded, and also returning the
+    /// word the decision was based on (or wrote). For callers that must look at the word first.
+    ///
+    /// # Errors
+    /// As [`apply`](Self::apply).
+    #[inline]
+    pub fn apply_with<A: Algorithm>(
+        &self,
+        current: u64,
+        algorithm: &A,
+        now: Nanos,
+        cost: u64,
+    ) -> Result<(Decision, u64), CheckError> {
+        self.update(current, |word| {
+            let Transition { decision, next } = algorithm.decide(word, now, cost)?;
+            Ok((decision, next))
+        })
+    }
+
+    /// The CAS loop itself, for any pure transition: `transition(word)` returns a result and the word
+    /// to store (`None`: store nothing). Starting from `current`, it retries against the value a failed
+    /// exchange found, and returns the result with the word it was based on (or wrote).
+    ///
+    /// # Errors
+    /// Whatever `transition` returns, before anything is written.
+    #[inline]
+    pub fn update<T, E>(
+        &self,
+        mut current: u64,
+        mut transition: impl FnMut(u64) -> Result<(T, Option<u64>), E>,
+    ) -> Result<(T, u64), E> {
+        loop {
+            let (result, next) = transition(current)?;
+            let Some(next) = next.filter(|&next| next != current) else {
+                return Ok((result, current));
+            };
+            // Relaxed on both paths: the exchange itself is the whole synchronisation (see the module
+            // notes); on failure we re-decide against `actual` instead of reloading.
+            match self
+                .0
+                .compare_exchange_weak(current, next, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return Ok((result, next)),
+                Err(actual) => current = actual,
+            }
+        }
+    }
+
+    /// What [`apply`](Self::apply) would decide, without writing.
+    ///
+    /// # Errors
+    /// As [`apply`](Self::apply).
+    #[inline]
+    pub fn peek<A: Algorithm>(
+        &self,
+        algorithm: &A,
+        now: Nanos,
+        cost: u64,
+    ) -> Result<Decision, CheckError> {
+        algorithm
+            .decide(self.load(), now, cost)
+            .map(|transition| transition.decision)
+    }
+
+    /// Replaces the word with `new` iff it still holds `current` (for eviction and resets).
+    ///
+    /// # Errors
+    /// The word actually found, when it was not `current`.
+    #[inline]
+    pub fn compare_exchange(&self, current: u64, new: u64) -> Result<u64, u64> {
+        // Relaxed: as for `apply`; a keyed table that must publish other memory alongside (a key)
+        // orders that through its own synchronisation.
+        self.0
+            .compare_exchange(current, new, Ordering::Relaxed, Ordering::Relaxed)
+    }
+}
