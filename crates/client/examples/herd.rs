@@ -1,0 +1,339 @@
+//! The herd report: N clients (10, 25, 50, 100) fail together and retry against a 10 req/s
+//! server (burst 10, and burst 1 = strict pacing), once per strategy, averaged over 20 seeds.
+//!
+//! ```text
+//! cargo run -p tollgate-client --example herd [-- OUT_DIR]
+//! ```
+//!
+//! Writes `herd.md`, `herd.json` and `herd.svg` to `OUT_DIR` (default: `results/herd` at the
+//! workspace root).
+
+use std::error::Error;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
+
+use plotters::prelude::*;
+use tollgate_client::herd::{HerdConfig, Server, Strategy, SweepRow, sweep};
+
+const CLIENTS: [u32; 4] = [10, 25, 50, 100];
+const SERVERS: [Server; 2] = [Server::BURST_10, Server::STRICT];
+const SEEDS: u32 = 20;
+const BASES_MS: [u64; 3] = [10, 100, 1_000];
+const SENSITIVITY_CLIENTS: [u32; 2] = [25, 100];
+const COMMAND: &str = "cargo run -p tollgate-client --example herd";
+
+fn main() -> Result<(), Box<dyn Error>> {
+    let out = std::env::args_os().nth(1).map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../results/herd"),
+        PathBuf::from,
+    );
+    std::fs::create_dir_all(&out)?;
+
+    let template = HerdConfig::new(0, Strategy::Backoff(tollgate_client::Jitter::Full));
+    let mut rows = Vec::new();
+    for server in SERVERS {
+        rows.extend(sweep(
+            &HerdConfig { server, ..template },
+            &Strategy::REPORT,
+            &CLIENTS,
+            SEEDS,
+        )?);
+    }
+
+    // Sensitivity of the jitters to the backoff base (the default is 100 ms).
+    let mut sensitivity = Vec::new();
+    for base in BASES_MS {
+        for server in SERVERS {
+            let t = HerdConfig {
+                server,
+                base: Duration::from_millis(base),
+                ..template
+            };
+            for row in sweep(&t, &Strategy::REPORT[..4], &SENSITIVITY_CLIENTS, SEEDS)? {
+                sensitivity.push((base, row));
+            }
+        }
+    }
+
+    let date = httpdate::fmt_http_date(SystemTime::now());
+    let nproc = std::process::Command::new("nproc")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .map_or_else(|| "unknown".to_owned(), |s| s.trim().to_owned());
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown".to_owned());
+
+    let reading = reading(&rows);
+    let sens = sensitivity_table(&sensitivity);
+    let md = markdown(&rows, &template, &date, &nproc, &cpu, &reading, &sens);
+    std::fs::write(out.join("herd.md"), md)?;
+    let json = serde_json::json!({
+        "command": COMMAND,
+        "date": date,
+        "nproc": nproc,
+        "cpu": cpu,
+        "seeds": SEEDS,
+        "clients": CLIENTS,
+        "base_ms": template.base.as_millis() as u64,
+        "cap_ms": template.cap.as_millis() as u64,
+        "servers": SERVERS,
+        "rows": rows,
+        "sensitivity": sensitivity
+            .iter()
+            .map(|(base, row)| serde_json::json!({ "base_ms": base, "row": row }))
+            .collect::<Vec<_>>(),
+    });
+    std::fs::write(
+        out.join("herd.json"),
+        serde_json::to_string_pretty(&json)? + "\n",
+    )?;
+    plot(&rows, &out.join("herd.svg"))?;
+
+    for server in SERVERS {
+        println!("{}", table(&rows, server));
+    }
+    println!("{sens}");
+    println!("{reading}");
+    println!("wrote {}", out.display());
+    Ok(())
+}
+
+fn server_name(server: Server) -> String {
+    format!("{} req/s, burst {}", server.rate_per_sec, server.burst)
+}
+
+fn of(rows: &[SweepRow], server: Server) -> Vec<SweepRow> {
+    rows.iter()
+        .filter(|r| r.server == server)
+        .cloned()
+        .collect()
+}
+
+fn row<'a>(rows: &'a [SweepRow], strategy: &str, n: u32) -> Option<&'a SweepRow> {
+    rows.iter()
+        .find(|r| r.strategy == strategy && r.clients == n)
+}
+
+fn table(rows: &[SweepRow], server: Server) -> String {
+    let rows = of(rows, server);
+    let mut s = format!("### Server: {}\n\n", server_name(server));
+    s.push_str(
+        "| strategy | N | calls (mean) | calls (min-max) | median done (s) | last done (s, mean) | last done (s, worst) |\n\
+         | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+    );
+    for r in &rows {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {:.1} | {}-{} | {:.2} | {:.2} | {:.2} |",
+            r.strategy,
+            r.clients,
+            r.mean_calls,
+            r.min_calls,
+            r.max_calls,
+            r.mean_median_done_s,
+            r.mean_last_done_s,
+            r.max_last_done_s
+        );
+    }
+    s
+}
+
+/// A short reading computed from the numbers, so it cannot drift from them.
+fn reading(all: &[SweepRow]) -> String {
+    let mut s = String::new();
+    for server in SERVERS {
+        let rows = &of(all, server)[..];
+        let _ = writeln!(s, "Server {}:\n", server_name(server));
+        for n in CLIENTS {
+            let cell: Vec<&SweepRow> = rows.iter().filter(|r| r.clients == n).collect();
+            let (Some(none), Some(full)) = (row(rows, "none", n), row(rows, "full", n)) else {
+                continue;
+            };
+            let least = |key: fn(&SweepRow) -> f64| {
+                let best = cell.iter().map(|r| key(r)).fold(f64::INFINITY, f64::min);
+                let names: Vec<&str> = cell
+                    .iter()
+                    .filter(|r| key(r) == best)
+                    .map(|r| r.strategy.as_str())
+                    .collect();
+                (names.join(" = "), best)
+            };
+            let (fewest, calls) = least(|r| r.mean_calls);
+            let (fastest, last) = least(|r| r.mean_last_done_s);
+            let _ = writeln!(
+                s,
+                "- N = {n}: fewest calls: **{fewest}** ({calls:.1}); earliest last client: \
+                 **{fastest}** ({last:.2} s); no jitter: {:.1} calls ({:.1}x full jitter), last \
+                 client at {:.2} s (full jitter: {:.2} s).",
+                none.mean_calls,
+                none.mean_calls / full.mean_calls,
+                none.mean_last_done_s,
+                full.mean_last_done_s,
+            );
+        }
+        s.push('\n');
+    }
+    s
+}
+
+fn markdown(
+    rows: &[SweepRow],
+    template: &HerdConfig,
+    date: &str,
+    nproc: &str,
+    cpu: &str,
+    reading: &str,
+    sensitivity: &str,
+) -> String {
+    let tables: String = SERVERS
+        .iter()
+        .map(|&server| table(rows, server) + "\n")
+        .collect();
+    format!(
+        "# Thundering herd: retry strategies against a rate-limited server\n\n\
+         - Command: `{COMMAND}` (from the workspace root)\n\
+         - Date: {date}\n\
+         - Machine: `nproc` = {nproc}, CPU: {cpu} (the simulation runs in virtual time and is \
+         deterministic: the machine does not change the numbers)\n\
+         - Model (`tollgate_client::herd`): N clients all fail at t = 0 (a shared outage without \
+         Retry-After; that call counts), then retry until a GCRA admits them: 10 req/s with \
+         burst 10, and again with burst 1 (strict pacing: one admission per 100 ms). Backoff \
+         base {base} ms, cap {cap} s, unlimited attempts. `retry-after`: every 429 carries \
+         Retry-After (the GCRA's time to the next admission, rounded up to whole seconds as \
+         delay-seconds must be) and the client waits exactly that; full jitter for the first \
+         retry. Calls take no time. Each cell is the mean over {SEEDS} seeds (0 to {last_seed}); \
+         `herd.json` has the same rows.\n\
+         - Columns: calls = every call including the N failures at t = 0 (the work the server \
+         absorbs; the floor is 2N); median/last done = virtual time at which the median/last \
+         client was admitted (floor for the last: (N - burst) / 10 s).\n\n\
+         {tables}\
+         ![total calls vs N, one line per strategy, one panel per server](herd.svg)\n\n\
+         ### Sensitivity to the backoff base (cap {cap} s; mean calls / mean last done)\n\n\
+         {sensitivity}\n\
+         ## Reading\n\n\
+         {reading}\
+         {PROSE}\n",
+        base = template.base.as_millis(),
+        cap = template.cap.as_secs(),
+        last_seed = SEEDS - 1,
+    )
+}
+
+fn sensitivity_table(rows: &[(u64, SweepRow)]) -> String {
+    let mut s = String::from("| server | base (ms) | N |");
+    let jitters = &Strategy::REPORT[..4];
+    for j in jitters {
+        let _ = write!(s, " {} |", j.label());
+    }
+    s.push_str("\n| --- | ---: | ---: |");
+    s.push_str(&" ---: |".repeat(jitters.len()));
+    s.push('\n');
+    for server in SERVERS {
+        for base in BASES_MS {
+            for n in SENSITIVITY_CLIENTS {
+                let _ = write!(s, "| burst {} | {base} | {n} |", server.burst);
+                for j in jitters {
+                    let label = j.label();
+                    if let Some((_, r)) = rows.iter().find(|(b, r)| {
+                        *b == base && r.server == server && r.clients == n && r.strategy == label
+                    }) {
+                        let _ = write!(s, " {:.0} / {:.1} s |", r.mean_calls, r.mean_last_done_s);
+                    }
+                }
+                s.push('\n');
+            }
+        }
+    }
+    s
+}
+
+/// The interpretation, written after reading the tables above (the bullet list before it is
+/// computed from the numbers).
+const PROSE: &str = "\
+**No jitter** sends every remaining client at the same instants. Against the strict server \
+that is the classic herd: one admission per round, so its work grows about as N squared \
+(5150 calls for N = 100, 6.6 times full jitter) and the last client waits 943 s. Against the \
+burst-10 bucket a refilled bucket admits 10 of each clump, so no jitter costs little extra work \
+at N <= 50 (it is even a few calls cheaper than full jitter there) but strands the server's \
+capacity between rounds: its last client finishes at 62.7 s for N = 100 against 11.9-14.0 s \
+with any jitter, and it makes 18% more calls than full jitter at N = 100.\n\n\
+**Among the jitters** the work is close and the ranking depends on the base. Decorrelated made \
+the fewest calls at the 100 ms default for N <= 50 (up to 22% fewer than full jitter) and with \
+a 1 s base (21-27% fewer at N = 100), but with a 10 ms base it made about 47% *more* calls than \
+full jitter at N = 100: it climbs from `base` by a random factor averaging under 2 per retry. \
+Equal jitter stays within about 5% of full jitter's calls but, with half of each delay fixed, \
+its herd stays bunched: its last client is 30-55% later on the strict server. Full jitter never \
+had a blow-up like decorrelated's at a small base, had the earliest last client (within 1% of \
+decorrelated) on the strict server at N = 100 for every base, and needs no state between \
+retries: **Tollgate's client defaults to full jitter** (base 100 ms, cap 10 s). Decorrelated is \
+a reasonable choice for a client that keeps its base near the server's emission interval.\n\n\
+**Retry-After** obeyed exactly is the best strategy against the burst-10 bucket (fewest calls \
+at N <= 50, earliest last client: 9.1 s for N = 100 against a floor of 9 s) and a bad one \
+against the strict server, where it makes as many calls as no jitter (5150 for N = 100): a \
+GCRA's Retry-After is the time to the *next* admission, the same for every client denied in \
+the same round, and delay-seconds are whole seconds, so the herd comes back together. A \
+server that sends Retry-After to many clients at once should spread it (or send the \
+`RateLimit` reset) to avoid this.";
+
+fn plot(rows: &[SweepRow], path: &std::path::Path) -> Result<(), Box<dyn Error>> {
+    let root = SVGBackend::new(path, (1100, 480)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let panels = root.split_evenly((1, SERVERS.len()));
+    let colors = [BLACK, RED, BLUE, GREEN, MAGENTA];
+    for (panel, server) in panels.iter().zip(SERVERS) {
+        let rows = of(rows, server);
+        let max_calls = rows.iter().map(|r| r.mean_calls).fold(0.0, f64::max) * 1.1;
+        let mut chart = ChartBuilder::on(panel)
+            .caption(
+                format!("total calls vs N ({})", server_name(server)),
+                ("sans-serif", 18),
+            )
+            .margin(15)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0u32..110u32, 0.0..max_calls)?;
+        chart
+            .configure_mesh()
+            .x_desc("clients failing together (N)")
+            .y_desc(format!("total calls (mean of {SEEDS} seeds)"))
+            .y_label_formatter(&|v| format!("{v:.0}"))
+            .draw()?;
+        // Retry-After and no jitter coincide on the strict server: draw Retry-After first,
+        // wide and translucent, so the black line stays visible on top of it.
+        for (strategy, color) in Strategy::REPORT.iter().zip(colors).rev() {
+            let label = strategy.label();
+            let style = if matches!(strategy, Strategy::RetryAfter { .. }) {
+                color.mix(0.5).stroke_width(7)
+            } else {
+                color.stroke_width(2)
+            };
+            let points: Vec<(u32, f64)> = rows
+                .iter()
+                .filter(|r| r.strategy == label)
+                .map(|r| (r.clients, r.mean_calls))
+                .collect();
+            chart
+                .draw_series(LineSeries::new(points.clone(), style))?
+                .label(label)
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+            chart.draw_series(points.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()?;
+    }
+    root.present()?;
+    Ok(())
+}
