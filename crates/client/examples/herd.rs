@@ -62,6 +62,14 @@ fn main() -> Result<(), Box<dyn Error>> {
         .ok()
         .and_then(|o| String::from_utf8(o.stdout).ok())
         .map_or_else(|| "unknown".to_owned(), |s| s.trim().to_owned());
+    let commit = std::process::Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .map_or_else(|| "unknown".to_owned(), |s| s.trim().to_owned());
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|s| {
@@ -74,13 +82,20 @@ fn main() -> Result<(), Box<dyn Error>> {
 
     let reading = reading(&rows);
     let sens = sensitivity_table(&sensitivity);
-    let md = markdown(&rows, &template, &date, &nproc, &cpu, &reading, &sens);
+    let machine = Machine {
+        date,
+        nproc,
+        cpu,
+        commit,
+    };
+    let md = markdown(&rows, &template, &machine, &reading, &sens);
     std::fs::write(out.join("herd.md"), md)?;
     let json = serde_json::json!({
         "command": COMMAND,
-        "date": date,
-        "nproc": nproc,
-        "cpu": cpu,
+        "date": machine.date,
+        "nproc": machine.nproc,
+        "commit": machine.commit,
+        "cpu": machine.cpu,
         "seeds": SEEDS,
         "clients": CLIENTS,
         "base_ms": template.base.as_millis() as u64,
@@ -185,12 +200,18 @@ fn reading(all: &[SweepRow]) -> String {
     s
 }
 
+/// Where and when the report was made.
+struct Machine {
+    date: String,
+    nproc: String,
+    cpu: String,
+    commit: String,
+}
+
 fn markdown(
     rows: &[SweepRow],
     template: &HerdConfig,
-    date: &str,
-    nproc: &str,
-    cpu: &str,
+    machine: &Machine,
     reading: &str,
     sensitivity: &str,
 ) -> String {
@@ -201,7 +222,7 @@ fn markdown(
     format!(
         "# Thundering herd: retry strategies against a rate-limited server\n\n\
          - Command: `{COMMAND}` (from the workspace root)\n\
-         - Date: {date}\n\
+         - Date: {date}; commit: {commit}\n\
          - Machine: `nproc` = {nproc}, CPU: {cpu} (the simulation runs in virtual time and is \
          deterministic: the machine does not change the numbers)\n\
          - Model (`tollgate_client::herd`): N clients all fail at t = 0 (a shared outage without \
@@ -222,6 +243,10 @@ fn markdown(
          ## Reading\n\n\
          {reading}\
          {PROSE}\n",
+        date = machine.date,
+        commit = machine.commit,
+        nproc = machine.nproc,
+        cpu = machine.cpu,
         base = template.base.as_millis(),
         cap = template.cap.as_secs(),
         last_seed = SEEDS - 1,
