@@ -40,6 +40,8 @@ struct Stripe {
     len: AtomicUsize,
     /// The shared state that decides new keys when their window has no room (the full-table policy).
     overflow: AtomicState,
+    /// Decisions made by `overflow` (monitoring).
+    overflowed: AtomicUsize,
 }
 
 /// Options for a [`KeyedLimiter`], from [`KeyedLimiter::builder`].
@@ -192,11 +194,8 @@ impl<K: ?Sized, A: Algorithm> KeyedLimiter<K, A, MonotonicClock> {
 }
 
 impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
-    /// A limiter reading `clock`; otherwise as [`new`](KeyedLimiter::new).
-    ///
-    /// # Errors
-    /// As [`new`](KeyedLimiter::new).
-    pub fn with_clock(quota: Quota, capacity: usize, clock: C) -> Result<Self, KeyedError> {
+    /// Options as [`builder`](KeyedLimiter::builder), reading `clock` (no default clock is created).
+    pub fn builder_with_clock(quota: Quota, capacity: usize, clock: C) -> Builder<K, A, C> {
         Builder {
             quota,
             capacity,
@@ -207,7 +206,14 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
             _key: PhantomData,
             _algorithm: PhantomData,
         }
-        .build()
+    }
+
+    /// A limiter reading `clock`; otherwise as [`new`](KeyedLimiter::new).
+    ///
+    /// # Errors
+    /// As [`new`](KeyedLimiter::new).
+    pub fn with_clock(quota: Quota, capacity: usize, clock: C) -> Result<Self, KeyedError> {
+        Self::builder_with_clock(quota, capacity, clock).build()
     }
 
     fn from_builder(builder: Builder<K, A, C>) -> Result<Self, KeyedError> {
@@ -252,6 +258,7 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
                     insert: Mutex::new(()),
                     len: AtomicUsize::new(0),
                     overflow: AtomicState::new(0),
+                    overflowed: AtomicUsize::new(0),
                 })
             })
             .collect();
@@ -320,6 +327,16 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
             .iter()
             // Relaxed: a monitoring figure; it publishes nothing and may lag concurrent inserts.
             .map(|stripe| stripe.len.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// How many decisions were made by the stripes' shared overflow states (new keys whose probe
+    /// window had no room): a non-zero, growing figure means the table is too small for its live keys.
+    pub fn overflow_decisions(&self) -> usize {
+        self.stripes
+            .iter()
+            // Relaxed: a monitoring figure; it publishes nothing.
+            .map(|stripe| stripe.overflowed.load(Ordering::Relaxed))
             .sum()
     }
 
@@ -643,7 +660,11 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
                         return Ok(transition.decision);
                     }
                 }
-                (None, None) => return stripe.overflow.apply(&self.algorithm, now, cost),
+                (None, None) => {
+                    // Relaxed: a monitoring counter; publishes nothing.
+                    stripe.overflowed.fetch_add(1, Ordering::Relaxed);
+                    return stripe.overflow.apply(&self.algorithm, now, cost);
+                }
             }
         }
     }

@@ -1,0 +1,173 @@
+//! Property tests: a keyed limiter over random multi-key traces agrees exactly with one pure reference
+//! state per key (the core algorithm's `decide`), including across automatic evictions.
+
+use std::collections::{HashMap, HashSet};
+
+use proptest::prelude::*;
+use tollgate_core::{
+    Algorithm, CheckError, Decision, FixedWindow, Gcra, LeakyBucket, ManualClock, Nanos, Quota,
+    SlidingWindow,
+};
+use tollgate_sharded::KeyedLimiter;
+
+const MS: u64 = 1_000_000;
+
+/// One request: time step (ns) before it, key, cost.
+type Step = (u64, u8, u64);
+
+fn trace(max_step: u64, keys: u8, max_cost: u64) -> impl Strategy<Value = Vec<Step>> {
+    prop::collection::vec((0..=max_step, 0..keys, 0..=max_cost), 1..200)
+}
+
+/// A per-key reference: the pure algorithm and one state word per key (0 = fresh).
+struct Reference<A> {
+    algorithm: A,
+    states: HashMap<u8, u64>,
+}
+
+impl<A: Algorithm> Reference<A> {
+    fn decide(&mut self, key: u8, now: Nanos, cost: u64) -> Result<Decision, CheckError> {
+        let state = self.states.entry(key).or_insert(0);
+        let transition = self.algorithm.decide(*state, now, cost)?;
+        if let Some(next) = transition.next {
+            *state = next;
+        }
+        Ok(transition.decision)
+    }
+}
+
+/// Runs `trace` through `limiter` and the reference; every decision for a key that never went through
+/// the overflow state must be identical. Returns how many keys overflowed.
+fn agree<A: Algorithm>(
+    limiter: &KeyedLimiter<u8, A, ManualClock>,
+    clock: &ManualClock,
+    trace: &[Step],
+) -> Result<usize, TestCaseError> {
+    let mut reference = Reference {
+        algorithm: limiter.algorithm().clone(),
+        states: HashMap::new(),
+    };
+    let mut tainted = HashSet::new();
+    let mut now = 0;
+    for (i, &(step, key, cost)) in trace.iter().enumerate() {
+        now += step;
+        clock.set(now);
+        let overflowed = limiter.overflow_decisions();
+        let got = limiter.check_key(&key, cost);
+        if limiter.overflow_decisions() != overflowed {
+            tainted.insert(key);
+        }
+        let expected = reference.decide(key, now, cost);
+        if !tainted.contains(&key) {
+            prop_assert_eq!(
+                got,
+                expected,
+                "step {} key {} at {} cost {}",
+                i,
+                key,
+                now,
+                cost
+            );
+        }
+        prop_assert!(limiter.len() <= limiter.slots());
+    }
+    Ok(tainted.len())
+}
+
+fn roomy<A: Algorithm>(quota: Quota, seed: u64) -> (KeyedLimiter<u8, A, ManualClock>, ManualClock) {
+    let clock = ManualClock::new();
+    let limiter = KeyedLimiter::builder_with_clock(quota, 64, clock.clone())
+        .hasher_seed(seed)
+        .build()
+        .expect("valid limiter");
+    (limiter, clock)
+}
+
+/// One stripe of 4 slots: with up to 12 keys, idle keys are evicted all the time.
+fn cramped<A: Algorithm>(
+    quota: Quota,
+    seed: u64,
+) -> (KeyedLimiter<u8, A, ManualClock>, ManualClock) {
+    let clock = ManualClock::new();
+    let limiter = KeyedLimiter::builder_with_clock(quota, 1, clock.clone())
+        .stripes(1)
+        .window(4)
+        .hasher_seed(seed)
+        .build()
+        .expect("valid limiter");
+    (limiter, clock)
+}
+
+fn quota() -> Quota {
+    // 4 per 100 ms, burst 3 for the bucket algorithms.
+    Quota::per(std::time::Duration::from_millis(100), 4)
+        .and_then(|q| q.with_burst(3))
+        .expect("valid quota")
+}
+
+fn window_quota() -> Quota {
+    Quota::per(std::time::Duration::from_millis(100), 4).expect("valid quota")
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    #[test]
+    fn gcra_agrees_per_key_with_room(seed: u64, steps in trace(40 * MS, 8, 4)) {
+        let (limiter, clock) = roomy::<Gcra>(quota(), seed);
+        prop_assert_eq!(agree(&limiter, &clock, &steps)?, 0);
+    }
+
+    #[test]
+    fn leaky_bucket_agrees_per_key_with_room(seed: u64, steps in trace(40 * MS, 8, 4)) {
+        let (limiter, clock) = roomy::<LeakyBucket>(quota(), seed);
+        prop_assert_eq!(agree(&limiter, &clock, &steps)?, 0);
+    }
+
+    #[test]
+    fn fixed_window_agrees_per_key_with_room(seed: u64, steps in trace(40 * MS, 8, 5)) {
+        let (limiter, clock) = roomy::<FixedWindow>(window_quota(), seed);
+        prop_assert_eq!(agree(&limiter, &clock, &steps)?, 0);
+    }
+
+    #[test]
+    fn sliding_window_agrees_per_key_with_room(seed: u64, steps in trace(40 * MS, 8, 5)) {
+        let (limiter, clock) = roomy::<SlidingWindow>(window_quota(), seed);
+        prop_assert_eq!(agree(&limiter, &clock, &steps)?, 0);
+    }
+
+    /// Eviction invisibility: in a 4-slot table over 12 keys, keys are evicted whenever idle, and every
+    /// key that was never decided by the overflow state still agrees exactly with its reference.
+    #[test]
+    fn gcra_eviction_is_invisible(seed: u64, steps in trace(120 * MS, 12, 3)) {
+        let (limiter, clock) = cramped::<Gcra>(quota(), seed);
+        agree(&limiter, &clock, &steps)?;
+        prop_assert!(limiter.len() <= 4);
+    }
+
+    #[test]
+    fn fixed_window_eviction_is_invisible(seed: u64, steps in trace(120 * MS, 12, 3)) {
+        let (limiter, clock) = cramped::<FixedWindow>(window_quota(), seed);
+        agree(&limiter, &clock, &steps)?;
+    }
+
+    #[test]
+    fn sliding_window_eviction_is_invisible(seed: u64, steps in trace(120 * MS, 12, 3)) {
+        let (limiter, clock) = cramped::<SlidingWindow>(window_quota(), seed);
+        agree(&limiter, &clock, &steps)?;
+    }
+}
+
+/// The eviction properties above must actually evict: a fixed trace over 12 keys through 4 slots with
+/// idle gaps decides every key exactly, with no overflow.
+#[test]
+fn a_long_idle_trace_recycles_slots_without_overflow() -> Result<(), Box<dyn std::error::Error>> {
+    let (limiter, clock) = cramped::<Gcra>(quota(), 3);
+    let steps: Vec<Step> = (0..600u64).map(|i| (30 * MS, (i % 12) as u8, 1)).collect();
+    // Each key comes back every 360 ms; its state (≤ 75 ms ahead) is fresh by then.
+    let overflowed = agree(&limiter, &clock, &steps).map_err(|e| e.to_string())?;
+    assert_eq!(overflowed, 0);
+    assert_eq!(limiter.overflow_decisions(), 0);
+    assert_eq!(limiter.len(), 4);
+    Ok(())
+}
