@@ -1,0 +1,98 @@
+//! Loom models of tollgate-sharded's keyed table: each a named scenario with the invariant it checks.
+//!
+//! Under `--cfg tollgate_loom` the table's 128-bit slot cell is a loom mutex around a `u128` (loom has no
+//! 128-bit atomic; see `crates/sharded/src/sync.rs`), the stripe insert lock a loom mutex, and the core's
+//! overflow state a loom atomic, so every access to them is a point where loom switches threads.
+//! Tables are tiny (one stripe of 4 slots, every key's probe window covering all of them) so the models
+//! stay small and a full table is easy to arrange.
+#![cfg(tollgate_loom)]
+
+use loom::sync::Arc;
+use loom::thread;
+use tollgate_core::{Decision, Gcra, ManualClock, Nanos, Quota};
+use tollgate_sharded::KeyedLimiter;
+
+const SEC: Nanos = 1_000_000_000;
+
+type Table = KeyedLimiter<u64, Gcra, ManualClock>;
+
+fn table(quota: Quota) -> Arc<Table> {
+    let limiter = KeyedLimiter::builder_with_clock(quota, 2, ManualClock::new())
+        .stripes(1)
+        .window(4)
+        .hasher_seed(1)
+        .build()
+        .unwrap();
+    assert_eq!(limiter.slots(), 4);
+    Arc::new(limiter)
+}
+
+/// Runs one `check_key_at(key, now, 1)` per entry of `keys`, each on its own thread.
+fn race(limiter: &Arc<Table>, keys: [u64; 2], now: Nanos) -> [Decision; 2] {
+    let handles = keys.map(|key| {
+        let limiter = limiter.clone();
+        thread::spawn(move || limiter.check_key_at(&key, now, 1).unwrap())
+    });
+    handles.map(|h| h.join().unwrap())
+}
+
+#[test]
+fn two_threads_inserting_one_new_key_make_one_slot_and_count_both_admissions() {
+    loom::model(|| {
+        let limiter = table(Quota::per_second(1).unwrap().with_burst(3).unwrap());
+        let [a, b] = race(&limiter, [7, 7], 5 * SEC);
+        assert!(a.is_allowed() && b.is_allowed());
+        // The two admissions were applied one after the other to one state: 2 then 1 left.
+        let mut remaining = [a.remaining(), b.remaining()];
+        remaining.sort_unstable();
+        assert_eq!(remaining, [1, 2]);
+        assert_eq!(limiter.len(), 1);
+        assert_eq!(limiter.overflow_decisions(), 0);
+        assert_eq!(limiter.check_key_at(&7, 5 * SEC, 1).unwrap().remaining(), 0);
+        assert!(!limiter.check_key_at(&7, 5 * SEC, 1).unwrap().is_allowed());
+    });
+}
+
+#[test]
+fn eviction_racing_an_admission_on_the_evicted_key_loses_nothing_and_never_over_admits() {
+    loom::model(|| {
+        // Burst 1 per second: a key admitted at t is fresh again at t + 1 s.
+        let limiter = table(Quota::per_second(1).unwrap());
+        // Key 100 goes idle at 1 s; three fillers stay live until 1.5 s; the table is full.
+        assert!(limiter.check_key_at(&100, 0, 1).unwrap().is_allowed());
+        for filler in 1..=3u64 {
+            assert!(limiter.check_key_at(&filler, SEC / 2, 1).unwrap().is_allowed());
+        }
+        assert_eq!(limiter.len(), 4);
+        // At 1 s: an admission on key 100 races new key 200, whose insert may evict key 100.
+        let [old, new] = race(&limiter, [100, 200], SEC);
+        // Both are owed one admission (key 100 is fresh, key 200 new): neither may be lost...
+        assert!(old.is_allowed() && new.is_allowed());
+        // ...and exactly one of them found no room and used the stripe's overflow state.
+        assert_eq!(limiter.overflow_decisions(), 1);
+        // No over-admission: each key has used its burst of 1 at this instant, wherever it lives.
+        assert!(!limiter.check_key_at(&100, SEC, 1).unwrap().is_allowed());
+        assert!(!limiter.check_key_at(&200, SEC, 1).unwrap().is_allowed());
+        // Live keys were neither evicted nor reset.
+        for filler in 1..=3u64 {
+            assert!(!limiter.check_key_at(&filler, SEC, 1).unwrap().is_allowed());
+        }
+        assert_eq!(limiter.len(), 4);
+    });
+}
+
+#[test]
+fn a_stripe_insert_racing_a_lookup_of_another_key_disturbs_neither() {
+    loom::model(|| {
+        let limiter = table(Quota::per_second(1).unwrap().with_burst(3).unwrap());
+        assert_eq!(limiter.check_key_at(&1, 0, 1).unwrap().remaining(), 2);
+        // Key 1 is looked up lock-free while key 2 is inserted under the stripe lock.
+        let [known, inserted] = race(&limiter, [1, 2], 0);
+        assert_eq!(known.remaining(), 1);
+        assert_eq!(inserted.remaining(), 2);
+        assert_eq!(limiter.len(), 2);
+        assert_eq!(limiter.overflow_decisions(), 0);
+        assert_eq!(limiter.check_key_at(&1, 0, 1).unwrap().remaining(), 0);
+        assert_eq!(limiter.check_key_at(&2, 0, 1).unwrap().remaining(), 1);
+    });
+}
