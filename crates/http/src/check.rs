@@ -1,0 +1,79 @@
+//! The one thing the layer needs from a limiter.
+
+use std::hash::Hash;
+use std::sync::Arc;
+
+use tollgate_core::{
+    Algorithm, AtomicLimiter, CheckError, Clock, Decision, Limiter, Quota, SlidingLog,
+};
+use tollgate_sharded::KeyedLimiter;
+
+/// A limiter that decides a cost for a key: what a [`Policy`](crate::Policy) wraps.
+///
+/// Implemented for [`tollgate_sharded::KeyedLimiter`] (one state per key) and for the core single
+/// limiters ([`AtomicLimiter`], [`SlidingLog`]), which ignore the key: a global limit. Implement it
+/// for your own storage (a Redis limiter, a tiered lookup) to put it behind the layer.
+pub trait KeyedCheck<K: ?Sized>: Send + Sync + 'static {
+    /// Decides `cost` units for `key` now, consuming them if allowed.
+    ///
+    /// # Errors
+    /// [`CheckError::CostExceedsCapacity`] when `cost` can never be admitted.
+    fn check_key(&self, key: &K, cost: u64) -> Result<Decision, CheckError>;
+
+    /// The quota advertised in the `RateLimit-Policy` header.
+    fn quota(&self) -> &Quota;
+}
+
+impl<K, A, C> KeyedCheck<K> for KeyedLimiter<K, A, C>
+where
+    K: Hash + ?Sized + 'static,
+    A: Algorithm + 'static,
+    C: Clock + 'static,
+{
+    #[inline]
+    fn check_key(&self, key: &K, cost: u64) -> Result<Decision, CheckError> {
+        KeyedLimiter::check_key(self, key, cost)
+    }
+
+    fn quota(&self) -> &Quota {
+        KeyedLimiter::quota(self)
+    }
+}
+
+impl<K, A, C> KeyedCheck<K> for AtomicLimiter<A, C>
+where
+    K: ?Sized,
+    A: Algorithm + Send + Sync + 'static,
+    C: Clock + 'static,
+{
+    #[inline]
+    fn check_key(&self, _: &K, cost: u64) -> Result<Decision, CheckError> {
+        self.check_n(cost)
+    }
+
+    fn quota(&self) -> &Quota {
+        Limiter::quota(self)
+    }
+}
+
+impl<K: ?Sized, C: Clock + 'static> KeyedCheck<K> for SlidingLog<C> {
+    #[inline]
+    fn check_key(&self, _: &K, cost: u64) -> Result<Decision, CheckError> {
+        self.check_n(cost)
+    }
+
+    fn quota(&self) -> &Quota {
+        Limiter::quota(self)
+    }
+}
+
+impl<K: ?Sized, L: KeyedCheck<K> + ?Sized> KeyedCheck<K> for Arc<L> {
+    #[inline]
+    fn check_key(&self, key: &K, cost: u64) -> Result<Decision, CheckError> {
+        (**self).check_key(key, cost)
+    }
+
+    fn quota(&self) -> &Quota {
+        (**self).quota()
+    }
+}

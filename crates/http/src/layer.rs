@@ -1,0 +1,524 @@
+//! The tower layer and service.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::header::{CONTENT_TYPE, RETRY_AFTER};
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
+use pin_project_lite::pin_project;
+use tollgate_core::{CheckError, Decision};
+use tower_layer::Layer;
+use tower_service::Service;
+
+use crate::body::RateLimitBody;
+use crate::check::KeyedCheck;
+use crate::headers::{
+    self, HeaderMode, PolicyHeaders, PolicyNameError, RATELIMIT, RATELIMIT_POLICY,
+    X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
+};
+use crate::key::{KeyExtractor, RequestHead};
+
+const MISSING_KEY_BODY: &[u8] = br#"{"error":"rate limit key missing"}"#;
+const COST_BODY: &[u8] = br#"{"error":"request cost exceeds quota capacity"}"#;
+
+/// What to do with a request whose key cannot be extracted (see [`KeyError`](crate::KeyError)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MissingKey<K> {
+    /// Answer with this status and the JSON body `{"error":"rate limit key missing"}`; the inner
+    /// service is not called. The default is `Reject(StatusCode::BAD_REQUEST)`.
+    Reject(StatusCode),
+    /// Pass the request through unlimited, with no rate-limit fields. Choose this only where the
+    /// key's absence cannot be provoked by a client (an internal route, say).
+    Allow,
+    /// Charge the request to one shared key (all key-less requests share its quota).
+    Fallback(K),
+}
+
+impl<K> Default for MissingKey<K> {
+    fn default() -> Self {
+        MissingKey::Reject(StatusCode::BAD_REQUEST)
+    }
+}
+
+/// How many units a request costs.
+pub trait RequestCost: Send + Sync + 'static {
+    /// The cost of `request` (0 passes without consuming anything).
+    fn cost(&self, request: &RequestHead<'_>) -> u64;
+}
+
+/// Every request costs one unit (the default).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct UnitCost;
+
+impl RequestCost for UnitCost {
+    #[inline]
+    fn cost(&self, _: &RequestHead<'_>) -> u64 {
+        1
+    }
+}
+
+impl<F> RequestCost for F
+where
+    F: Fn(&RequestHead<'_>) -> u64 + Send + Sync + 'static,
+{
+    #[inline]
+    fn cost(&self, request: &RequestHead<'_>) -> u64 {
+        self(request)
+    }
+}
+
+/// A named quota: a limiter and the header material advertising it, built once.
+struct Policy<L> {
+    limiter: L,
+    headers: PolicyHeaders,
+}
+
+/// A path prefix and its policy.
+struct Route<L> {
+    prefix: String,
+    policy: Policy<L>,
+}
+
+impl<L> Route<L> {
+    /// `prefix` matches itself and anything below it on a segment boundary: `/api` matches `/api` and
+    /// `/api/x`, not `/apix`.
+    fn matches(&self, path: &str) -> bool {
+        match path.strip_prefix(self.prefix.as_str()) {
+            Some(rest) => rest.is_empty() || rest.starts_with('/') || self.prefix.ends_with('/'),
+            None => false,
+        }
+    }
+}
+
+struct Config<E: KeyExtractor, L, Cf> {
+    extractor: E,
+    /// Longest prefix first.
+    routes: Vec<Route<L>>,
+    default: Option<Policy<L>>,
+    missing: MissingKey<E::Key>,
+    cost: Cf,
+    headers: HeaderMode,
+    cost_error_status: StatusCode,
+}
+
+impl<E: KeyExtractor, L, Cf> Config<E, L, Cf> {
+    #[inline]
+    fn policy_for(&self, path: &str) -> Option<&Policy<L>> {
+        self.routes
+            .iter()
+            .find(|route| route.matches(path))
+            .map(|route| &route.policy)
+            .or(self.default.as_ref())
+    }
+}
+
+/// A tower [`Layer`] that rate-limits requests by key, per route.
+///
+/// Cheap to clone (one `Arc`); usable as an axum `Router` layer or around any tower/hyper service
+/// whose responses are `http::Response<B>`. Build one with [`RateLimitLayer::builder`].
+///
+/// Per request: find the policy for the path (longest matching route prefix, else the default; none →
+/// pass through untouched), extract the key ([`MissingKey`] decides when there is none), compute the
+/// cost, decide. Allowed: the inner service is called and its response gains the `RateLimit` fields.
+/// Denied: `429 Too Many Requests` at once, with `Retry-After` (whole seconds, rounded up, at least 1),
+/// the fields, and `{"error":"rate limit exceeded","retry_after":N}`. A cost the quota can never
+/// admit gets [`RateLimitLayerBuilder::cost_error_status`] (default 413) and no `Retry-After`.
+///
+/// ```
+/// use std::net::SocketAddr;
+/// use tollgate_core::{Gcra, Quota};
+/// use tollgate_http::{PeerIp, RateLimitLayer};
+/// use tollgate_sharded::KeyedLimiter;
+///
+/// let per_ip = |q| KeyedLimiter::<std::net::IpAddr, Gcra>::new(q, 100_000);
+/// let layer = RateLimitLayer::builder(PeerIp::new())
+///     .policy("default", per_ip(Quota::per_second(50)?)?)?
+///     .route("/login", "login", per_ip(Quota::per_minute(5)?)?)?
+///     .build();
+/// // axum: Router::new().route(..).layer(layer), served with
+/// // `into_make_service_with_connect_info::<SocketAddr>()`.
+/// # let _ = layer;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct RateLimitLayer<E: KeyExtractor, L, Cf = UnitCost> {
+    config: Arc<Config<E, L, Cf>>,
+}
+
+impl<E: KeyExtractor, L, Cf> Clone for RateLimitLayer<E, L, Cf> {
+    fn clone(&self) -> Self {
+        RateLimitLayer {
+            config: Arc::clone(&self.config),
+        }
+    }
+}
+
+impl<E: KeyExtractor, L, Cf> fmt::Debug for RateLimitLayer<E, L, Cf> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitLayer")
+            .field("routes", &self.config.routes.len())
+            .field("headers", &self.config.headers)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<E: KeyExtractor> RateLimitLayer<E, ()> {
+    /// Starts a layer keyed by `extractor`; add at least one policy.
+    pub fn builder<L>(extractor: E) -> RateLimitLayerBuilder<E, L> {
+        RateLimitLayerBuilder {
+            config: Config {
+                extractor,
+                routes: Vec::new(),
+                default: None,
+                missing: MissingKey::default(),
+                cost: UnitCost,
+                headers: HeaderMode::default(),
+                cost_error_status: StatusCode::PAYLOAD_TOO_LARGE,
+            },
+        }
+    }
+}
+
+/// Builds a [`RateLimitLayer`].
+pub struct RateLimitLayerBuilder<E: KeyExtractor, L, Cf = UnitCost> {
+    config: Config<E, L, Cf>,
+}
+
+impl<E: KeyExtractor, L, Cf> fmt::Debug for RateLimitLayerBuilder<E, L, Cf> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitLayerBuilder")
+            .finish_non_exhaustive()
+    }
+}
+
+impl<E: KeyExtractor, L: KeyedCheck<E::Key>, Cf> RateLimitLayerBuilder<E, L, Cf> {
+    /// The policy for requests no route matches (without one, they pass unlimited). `name` is the
+    /// policy name in the `RateLimit` fields.
+    ///
+    /// # Errors
+    /// [`PolicyNameError`] when `name` is not printable ASCII.
+    pub fn policy(mut self, name: &str, limiter: L) -> Result<Self, PolicyNameError> {
+        let headers = PolicyHeaders::new(name, limiter.quota())?;
+        self.config.default = Some(Policy { limiter, headers });
+        Ok(self)
+    }
+
+    /// A policy for paths under `prefix` (on a segment boundary: `/api` matches `/api` and `/api/x`,
+    /// not `/apix`); the longest matching prefix wins.
+    ///
+    /// # Errors
+    /// [`PolicyNameError`] when `name` is not printable ASCII.
+    pub fn route(
+        mut self,
+        prefix: impl Into<String>,
+        name: &str,
+        limiter: L,
+    ) -> Result<Self, PolicyNameError> {
+        let headers = PolicyHeaders::new(name, limiter.quota())?;
+        let route = Route {
+            prefix: prefix.into(),
+            policy: Policy { limiter, headers },
+        };
+        let at = self
+            .config
+            .routes
+            .iter()
+            .position(|r| r.prefix.len() < route.prefix.len())
+            .unwrap_or(self.config.routes.len());
+        self.config.routes.insert(at, route);
+        Ok(self)
+    }
+
+    /// What to do when the key cannot be extracted (default: reject with 400).
+    pub fn on_missing_key(mut self, missing: MissingKey<E::Key>) -> Self {
+        self.config.missing = missing;
+        self
+    }
+
+    /// Which fields responses carry (default: IETF `RateLimit`/`RateLimit-Policy` on every response).
+    pub fn headers(mut self, headers: HeaderMode) -> Self {
+        self.config.headers = headers;
+        self
+    }
+
+    /// The status for a request whose cost exceeds what the quota can ever admit (default 413).
+    pub fn cost_error_status(mut self, status: StatusCode) -> Self {
+        self.config.cost_error_status = status;
+        self
+    }
+
+    /// A per-request cost (default: 1 per request).
+    ///
+    /// ```
+    /// # use tollgate_core::{GcraLimiter, Quota};
+    /// # use tollgate_http::{GlobalKey, RateLimitLayer, RequestHead};
+    /// // Batch endpoints pay per item: `?n=10` costs 10.
+    /// let layer = RateLimitLayer::builder(GlobalKey)
+    ///     .policy("batch", GcraLimiter::new(Quota::per_second(100)?)?)?
+    ///     .cost(|req: &RequestHead<'_>| {
+    ///         req.uri.query()
+    ///             .and_then(|q| q.strip_prefix("n="))
+    ///             .and_then(|n| n.parse().ok())
+    ///             .unwrap_or(1)
+    ///     })
+    ///     .build();
+    /// # let _ = layer;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn cost<Cf2: RequestCost>(self, cost: Cf2) -> RateLimitLayerBuilder<E, L, Cf2> {
+        let c = self.config;
+        RateLimitLayerBuilder {
+            config: Config {
+                extractor: c.extractor,
+                routes: c.routes,
+                default: c.default,
+                missing: c.missing,
+                cost,
+                headers: c.headers,
+                cost_error_status: c.cost_error_status,
+            },
+        }
+    }
+
+    /// The layer.
+    pub fn build(self) -> RateLimitLayer<E, L, Cf> {
+        RateLimitLayer {
+            config: Arc::new(self.config),
+        }
+    }
+}
+
+impl<S, E: KeyExtractor, L, Cf> Layer<S> for RateLimitLayer<E, L, Cf> {
+    type Service = RateLimit<S, E, L, Cf>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RateLimit {
+            inner,
+            config: Arc::clone(&self.config),
+        }
+    }
+}
+
+/// The service [`RateLimitLayer`] wraps around an inner service.
+pub struct RateLimit<S, E: KeyExtractor, L, Cf = UnitCost> {
+    inner: S,
+    config: Arc<Config<E, L, Cf>>,
+}
+
+impl<S: Clone, E: KeyExtractor, L, Cf> Clone for RateLimit<S, E, L, Cf> {
+    fn clone(&self) -> Self {
+        RateLimit {
+            inner: self.inner.clone(),
+            config: Arc::clone(&self.config),
+        }
+    }
+}
+
+impl<S: fmt::Debug, E: KeyExtractor, L, Cf> fmt::Debug for RateLimit<S, E, L, Cf> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimit")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The fields an allowed response gains, computed before the inner call.
+struct Fields {
+    ietf: Option<(HeaderValue, HeaderValue)>,
+    legacy: Option<(HeaderValue, HeaderValue, HeaderValue)>,
+}
+
+impl Fields {
+    fn new(mode: HeaderMode, policy: &PolicyHeaders, decision: &Decision) -> Self {
+        let (r, t) = headers::r_and_t(decision);
+        Fields {
+            ietf: mode
+                .ietf
+                .then(|| (policy.policy.clone(), policy.ratelimit(r, t))),
+            legacy: mode.legacy.then(|| {
+                (
+                    policy.limit.clone(),
+                    HeaderValue::from(r),
+                    HeaderValue::from(t),
+                )
+            }),
+        }
+    }
+
+    fn apply(self, headers: &mut HeaderMap) {
+        if let Some((policy, ratelimit)) = self.ietf {
+            // `append`: list fields; a second layer's policy becomes a second list member.
+            headers.append(&RATELIMIT_POLICY, policy);
+            headers.append(&RATELIMIT, ratelimit);
+        }
+        if let Some((limit, remaining, reset)) = self.legacy {
+            headers.insert(&X_RATELIMIT_LIMIT, limit);
+            headers.insert(&X_RATELIMIT_REMAINING, remaining);
+            headers.insert(&X_RATELIMIT_RESET, reset);
+        }
+    }
+}
+
+fn json_response(status: StatusCode, body: Bytes) -> Response<Bytes> {
+    let mut response = Response::new(body);
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+fn denial(mode: HeaderMode, policy: &PolicyHeaders, decision: &Decision) -> Response<Bytes> {
+    let secs = headers::retry_secs(decision.retry_after().unwrap_or_default());
+    let (body, retry_after) = headers::denial_body(secs);
+    let mut response = json_response(StatusCode::TOO_MANY_REQUESTS, body);
+    response.headers_mut().insert(RETRY_AFTER, retry_after);
+    Fields::new(mode, policy, decision).apply(response.headers_mut());
+    response
+}
+
+impl<S, E, L, Cf, ReqB, ResB> Service<Request<ReqB>> for RateLimit<S, E, L, Cf>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
+    E: KeyExtractor,
+    L: KeyedCheck<E::Key>,
+    Cf: RequestCost,
+{
+    type Response = Response<RateLimitBody<ResB>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future>;
+
+    #[inline]
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqB>) -> Self::Future {
+        let config = &*self.config;
+        let head = RequestHead::of(&request);
+        let Some(policy) = config.policy_for(head.uri.path()) else {
+            return self.forward(request, None);
+        };
+        let cost = config.cost.cost(&head);
+        let checked = match config.extractor.extract(&head) {
+            Ok(key) => policy.limiter.check_key(&key, cost),
+            Err(_) => match &config.missing {
+                MissingKey::Fallback(key) => policy.limiter.check_key(key, cost),
+                MissingKey::Allow => return self.forward(request, None),
+                MissingKey::Reject(status) => {
+                    return ResponseFuture::ready(json_response(
+                        *status,
+                        Bytes::from_static(MISSING_KEY_BODY),
+                    ));
+                }
+            },
+        };
+        match checked {
+            Ok(decision @ Decision::Allowed { .. }) => {
+                let mode = config.headers;
+                let fields = (mode.on_allowed && (mode.ietf || mode.legacy))
+                    .then(|| Fields::new(mode, &policy.headers, &decision));
+                self.forward(request, fields)
+            }
+            Ok(decision @ Decision::Denied { .. }) => {
+                ResponseFuture::ready(denial(config.headers, &policy.headers, &decision))
+            }
+            Err(CheckError::CostExceedsCapacity { .. }) | Err(_) => ResponseFuture::ready(
+                json_response(config.cost_error_status, Bytes::from_static(COST_BODY)),
+            ),
+        }
+    }
+}
+
+impl<S, E: KeyExtractor, L, Cf> RateLimit<S, E, L, Cf> {
+    /// Calls the inner service: the instance `poll_ready` readied, leaving a fresh clone in its place
+    /// (tower's rule for services that are driven to readiness before `call`).
+    fn forward<ReqB, ResB>(
+        &mut self,
+        request: Request<ReqB>,
+        fields: Option<Fields>,
+    ) -> ResponseFuture<S::Future>
+    where
+        S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
+    {
+        let clone = self.inner.clone();
+        let mut ready = std::mem::replace(&mut self.inner, clone);
+        ResponseFuture::inner(ready.call(request), fields)
+    }
+}
+
+pin_project! {
+    /// The future [`RateLimit`] returns: the inner call's, or a response decided at once.
+    pub struct ResponseFuture<F> {
+        #[pin]
+        state: State<F>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<F> {
+        Inner {
+            #[pin]
+            future: F,
+            fields: Option<Fields>,
+        },
+        Ready {
+            response: Option<Response<Bytes>>,
+        },
+    }
+}
+
+impl<F> ResponseFuture<F> {
+    fn ready(response: Response<Bytes>) -> Self {
+        ResponseFuture {
+            state: State::Ready {
+                response: Some(response),
+            },
+        }
+    }
+
+    fn inner(future: F, fields: Option<Fields>) -> Self {
+        ResponseFuture {
+            state: State::Inner { future, fields },
+        }
+    }
+}
+
+impl<F> fmt::Debug for ResponseFuture<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}
+
+impl<F, ResB, Err> Future for ResponseFuture<F>
+where
+    F: Future<Output = Result<Response<ResB>, Err>>,
+{
+    type Output = Result<Response<RateLimitBody<ResB>>, Err>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().state.project() {
+            StateProj::Inner { future, fields } => {
+                let mut response = std::task::ready!(future.poll(cx))?;
+                if let Some(fields) = fields.take() {
+                    fields.apply(response.headers_mut());
+                }
+                Poll::Ready(Ok(response.map(RateLimitBody::inner)))
+            }
+            StateProj::Ready { response } => match response.take() {
+                Some(response) => Poll::Ready(Ok(response.map(RateLimitBody::full))),
+                // Polled again after completion: a contract breach by the caller. Answer with an
+                // empty 500 rather than panicking.
+                None => {
+                    let mut response = Response::new(RateLimitBody::full(Bytes::new()));
+                    *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+                    Poll::Ready(Ok(response))
+                }
+            },
+        }
+    }
+}
