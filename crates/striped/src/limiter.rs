@@ -1,0 +1,549 @@
+//! [`StripedLimiter`]: the stripes, the fast path and the lease refill.
+
+use std::fmt;
+
+use crossbeam_utils::CachePadded;
+use tollgate_core::algorithm::Algorithm;
+use tollgate_core::{
+    AtomicState, CheckError, Clock, Decision, Gcra, Limiter, MonotonicClock, Nanos, Quota,
+    QuotaError,
+};
+
+use crate::grant::{Grant, alive_units, available, grant};
+use crate::lease::LeaseWord;
+use crate::sync::{AtomicU64, Ordering, thread_ordinal};
+
+/// The most stripes a limiter may have.
+pub const MAX_STRIPES: usize = 1 << 12;
+
+/// A lease is replaced sooner than this after it was taken → the stripe is "refilling often" and an
+/// adaptive lease doubles.
+const REFILL_TARGET_NANOS: Nanos = 20_000;
+
+/// How big each stripe's lease is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeaseSize {
+    /// Starts at 1 unit; doubles while the stripe replaces its lease within 20 µs of taking it, halves
+    /// when a lease expires with none of its units used; never above `max` (nor the caps described on
+    /// [`StripedConfig`]).
+    Adaptive {
+        /// The largest lease, in units.
+        max: u64,
+    },
+    /// Always this many units (capped as described on [`StripedConfig`]).
+    Fixed(u64),
+}
+
+/// How a [`StripedLimiter`] is laid out. `Default`: one stripe per available core (rounded up to a
+/// power of two) and an adaptive lease of at most `burst / (4 × stripes)` units, at most 65 536.
+///
+/// Every lease size is also capped by `burst / stripes` (so all leases together never hold more than
+/// one burst) and by [`LeaseWord::UNITS_MASK`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct StripedConfig {
+    /// Number of stripes (rounded up to a power of two); `None`: `available_parallelism`.
+    pub stripes: Option<usize>,
+    /// Lease size; `None`: adaptive, capped at `burst / (4 × stripes)` and 65 536.
+    pub lease: Option<LeaseSize>,
+}
+
+impl StripedConfig {
+    /// This configuration with `stripes` stripes (rounded up to a power of two).
+    pub fn stripes(mut self, stripes: usize) -> Self {
+        self.stripes = Some(stripes);
+        self
+    }
+
+    /// This configuration with lease size `lease`.
+    pub fn lease(mut self, lease: LeaseSize) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+}
+
+/// Why a [`StripedLimiter`] could not be built.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StripedError {
+    /// The quota cannot be represented by GCRA.
+    Quota(QuotaError),
+    /// Zero stripes, or more than [`MAX_STRIPES`].
+    Stripes(usize),
+    /// A lease size of zero units.
+    ZeroLease,
+}
+
+impl fmt::Display for StripedError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StripedError::Quota(error) => write!(f, "invalid quota: {error}"),
+            StripedError::Stripes(n) => {
+                write!(f, "{n} stripes: a striped limiter needs 1 to {MAX_STRIPES}")
+            }
+            StripedError::ZeroLease => f.write_str("a lease must hold at least one unit"),
+        }
+    }
+}
+
+impl std::error::Error for StripedError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            StripedError::Quota(error) => Some(error),
+            _ => None,
+        }
+    }
+}
+
+impl From<QuotaError> for StripedError {
+    fn from(error: QuotaError) -> Self {
+        StripedError::Quota(error)
+    }
+}
+
+/// One stripe: its lease word and the lease's bookkeeping, alone on its cache line(s).
+///
+/// Only `word` is written outside the lock; every other field is written by the thread holding the
+/// stripe's lock (see [`LeaseWord`]) before it publishes the unlocked word with `Release`.
+#[derive(Debug)]
+struct Stripe {
+    /// The packed [`LeaseWord`].
+    word: AtomicU64,
+    /// End of the current lease's segment on the shared timeline (ns).
+    end: AtomicU64,
+    /// Current lease size in units (adaptive).
+    size: AtomicU64,
+    /// When the current lease was taken.
+    taken_at: AtomicU64,
+    /// Units the current lease held when installed.
+    installed: AtomicU64,
+    /// The shared TAT seen when the current lease was taken (for the approximate `remaining`).
+    tat_seen: AtomicU64,
+    /// Units that expired unused or could not be given back (diagnostics; monotone).
+    wasted: AtomicU64,
+}
+
+impl Stripe {
+    fn new(size: u64) -> Self {
+        Stripe {
+            word: AtomicU64::new(LeaseWord::new(0, 0).bits()),
+            end: AtomicU64::new(0),
+            size: AtomicU64::new(size),
+            taken_at: AtomicU64::new(0),
+            installed: AtomicU64::new(0),
+            tat_seen: AtomicU64::new(0),
+            wasted: AtomicU64::new(0),
+        }
+    }
+}
+
+/// One GCRA quota shared by many threads, scaled by per-stripe leases.
+///
+/// See the [crate docs](crate) for the design, the exact bounds and their proofs, and how to choose
+/// the lease size.
+///
+/// ```
+/// use tollgate_core::{Limiter, ManualClock, Quota};
+/// use tollgate_striped::{StripedConfig, StripedLimiter};
+///
+/// let clock = ManualClock::new();
+/// let limiter = StripedLimiter::with_config(
+///     Quota::per_second(1_000)?,
+///     StripedConfig::default().stripes(4),
+///     clock.clone(),
+/// )?;
+/// assert!(limiter.check().is_allowed());
+/// assert!(limiter.check_n(5)?.is_allowed());
+/// assert!(limiter.check_n(5_000).is_err()); // above the burst: an error, not a denial
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct StripedLimiter<C = MonotonicClock> {
+    shared: CachePadded<AtomicState>,
+    gcra: Gcra,
+    interval: Nanos,
+    depth: Nanos,
+    stripes: Box<[CachePadded<Stripe>]>,
+    mask: usize,
+    min_lease: u64,
+    max_lease: u64,
+    clock: C,
+}
+
+impl<C> fmt::Debug for StripedLimiter<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StripedLimiter")
+            .field("quota", self.gcra.quota())
+            .field("stripes", &self.stripes.len())
+            .field("lease", &(self.min_lease..=self.max_lease))
+            .finish_non_exhaustive()
+    }
+}
+
+impl StripedLimiter<MonotonicClock> {
+    /// A limiter with the default layout on the default monotonic clock.
+    ///
+    /// # Errors
+    /// [`StripedError::Quota`] when GCRA cannot represent `quota`.
+    pub fn new(quota: Quota) -> Result<Self, StripedError> {
+        Self::with_config(quota, StripedConfig::default(), MonotonicClock::new())
+    }
+}
+
+impl<C: Clock> StripedLimiter<C> {
+    /// A limiter with the default layout reading `clock`.
+    ///
+    /// # Errors
+    /// As [`with_config`](Self::with_config).
+    pub fn with_clock(quota: Quota, clock: C) -> Result<Self, StripedError> {
+        Self::with_config(quota, StripedConfig::default(), clock)
+    }
+
+    /// A limiter laid out by `config`, reading `clock`.
+    ///
+    /// # Errors
+    /// [`StripedError`] for an unrepresentable quota, a stripe count of 0 or above
+    /// [`MAX_STRIPES`], or a zero lease.
+    pub fn with_config(
+        quota: Quota,
+        config: StripedConfig,
+        clock: C,
+    ) -> Result<Self, StripedError> {
+        let gcra = Gcra::from_quota(quota)?;
+        let wanted = config.stripes.unwrap_or_else(|| {
+            std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+        });
+        if wanted == 0 || wanted > MAX_STRIPES {
+            return Err(StripedError::Stripes(wanted));
+        }
+        let count = wanted.next_power_of_two();
+        let stripes_u64 = count as u64;
+        let cap = (quota.burst() / stripes_u64).clamp(1, LeaseWord::UNITS_MASK);
+        let (min_lease, max_lease) = match config.lease {
+            None => (
+                1,
+                (quota.burst() / (4 * stripes_u64))
+                    .clamp(1, 1 << 16)
+                    .min(cap),
+            ),
+            Some(LeaseSize::Adaptive { max: 0 } | LeaseSize::Fixed(0)) => {
+                return Err(StripedError::ZeroLease);
+            }
+            Some(LeaseSize::Adaptive { max }) => (1, max.min(cap)),
+            Some(LeaseSize::Fixed(size)) => (size.min(cap), size.min(cap)),
+        };
+        let stripes = (0..count)
+            .map(|_| CachePadded::new(Stripe::new(min_lease)))
+            .collect();
+        Ok(StripedLimiter {
+            shared: CachePadded::new(AtomicState::new(0)),
+            interval: gcra.interval(),
+            depth: gcra.depth(),
+            gcra,
+            stripes,
+            mask: count - 1,
+            min_lease,
+            max_lease,
+            clock,
+        })
+    }
+
+    /// The number of stripes (a power of two).
+    pub fn stripes(&self) -> usize {
+        self.stripes.len()
+    }
+
+    /// The largest lease a stripe may hold, in units: the stranded-capacity bound is this times
+    /// [`stripes`](Self::stripes).
+    pub fn max_lease(&self) -> u64 {
+        self.max_lease
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    /// The stripe the calling thread uses.
+    #[inline]
+    pub fn current_stripe(&self) -> usize {
+        thread_ordinal() & self.mask
+    }
+
+    /// [`check_at`](Limiter::check_at) on stripe `stripe` (masked to the stripe count), for models
+    /// and tests that place requests on stripes explicitly.
+    ///
+    /// # Errors
+    /// [`CheckError::CostExceedsCapacity`] when `cost` is above the burst.
+    #[doc(hidden)]
+    #[inline]
+    pub fn check_on_stripe(
+        &self,
+        stripe: usize,
+        now: Nanos,
+        cost: u64,
+    ) -> Result<Decision, CheckError> {
+        self.gcra.check_cost(cost)?;
+        if cost == 0 {
+            return self.peek_on_stripe(stripe, now, 0);
+        }
+        let stripe = &self.stripes[stripe & self.mask];
+        if cost > self.max_lease {
+            return Ok(self.direct(now, cost));
+        }
+        // Acquire: pairs with the lock holder's Release store of the word, so the `end` we read next
+        // is at least the one installed with this word.
+        let mut word = LeaseWord::from_bits(stripe.word.load(Ordering::Acquire));
+        loop {
+            if word.is_locked() {
+                // Someone is replacing this stripe's lease: go to the shared state, do not wait.
+                return Ok(self.direct(now, cost));
+            }
+            // Acquire: pairs with the Release store of `end` by any later lock holder; if we read a
+            // newer `end` than `word`'s, that holder's locking CAS happens-before our CAS below,
+            // which therefore fails.
+            let end = stripe.end.load(Ordering::Acquire);
+            let alive = alive_units(word.units(), end, now, self.interval, self.depth);
+            match alive {
+                Some(alive) if alive >= cost => {
+                    let next = word.with_units(alive - cost);
+                    // Success Relaxed: the new count publishes nothing (the other fields are
+                    // unchanged). Failure Acquire: we re-read `end` for the word we found.
+                    match stripe.word.compare_exchange_weak(
+                        word.bits(),
+                        next.bits(),
+                        Ordering::Relaxed,
+                        Ordering::Acquire,
+                    ) {
+                        Ok(_) => {
+                            // Relaxed: an estimate for `remaining`, written by the lock holder.
+                            let tat_seen = stripe.tat_seen.load(Ordering::Relaxed);
+                            return Ok(self.allowed(alive - cost, tat_seen.max(end), now));
+                        }
+                        Err(actual) => word = LeaseWord::from_bits(actual),
+                    }
+                }
+                _ => {
+                    // Lock the stripe to replace its lease. Acquire on success: pairs with the
+                    // previous lock holder's Release publication, so its bookkeeping fields are
+                    // visible to us; Acquire on failure: as above.
+                    match stripe.word.compare_exchange_weak(
+                        word.bits(),
+                        word.locked().bits(),
+                        Ordering::Acquire,
+                        Ordering::Acquire,
+                    ) {
+                        Ok(_) => return Ok(self.refill(stripe, word, end, alive, now, cost)),
+                        Err(actual) => word = LeaseWord::from_bits(actual),
+                    }
+                }
+            }
+        }
+    }
+
+    /// [`peek_at`](Limiter::peek_at) as seen from stripe `stripe`.
+    ///
+    /// # Errors
+    /// As [`check_on_stripe`](Self::check_on_stripe).
+    #[doc(hidden)]
+    pub fn peek_on_stripe(
+        &self,
+        stripe: usize,
+        now: Nanos,
+        cost: u64,
+    ) -> Result<Decision, CheckError> {
+        self.gcra.check_cost(cost)?;
+        let stripe = &self.stripes[stripe & self.mask];
+        // Acquire: as in `check_on_stripe`.
+        let word = LeaseWord::from_bits(stripe.word.load(Ordering::Acquire));
+        let end = stripe.end.load(Ordering::Acquire);
+        let alive = if word.is_locked() {
+            0
+        } else {
+            alive_units(word.units(), end, now, self.interval, self.depth).unwrap_or(0)
+        };
+        let tat = self.shared.load();
+        if alive >= cost {
+            return Ok(self.allowed(alive - cost, tat.max(end), now));
+        }
+        Ok(self.gcra.decide(tat, now, cost)?.decision)
+    }
+
+    /// Replaces the lease of `stripe`, which the caller has locked (its word was `word`, with lease
+    /// end `end` and `alive` usable units), and decides `cost` from the new lease.
+    #[cold]
+    fn refill(
+        &self,
+        stripe: &Stripe,
+        word: LeaseWord,
+        end: Nanos,
+        alive: Option<u64>,
+        now: Nanos,
+        cost: u64,
+    ) -> Decision {
+        // Relaxed loads of the bookkeeping: we hold the lock, and our locking CAS acquired the last
+        // holder's writes.
+        let alive = alive.unwrap_or(0);
+        let dead = word.units() - alive.min(word.units());
+        let mut size = stripe.size.load(Ordering::Relaxed);
+        if self.min_lease < self.max_lease {
+            let installed = stripe.installed.load(Ordering::Relaxed);
+            let taken_at = stripe.taken_at.load(Ordering::Relaxed);
+            if dead > 0 && word.units() >= installed {
+                // The whole lease expired unused: shrink.
+                size = (size / 2).max(self.min_lease);
+            } else if now.saturating_sub(taken_at) < REFILL_TARGET_NANOS {
+                // Refilling often: grow.
+                size = size.saturating_mul(2).min(self.max_lease);
+            }
+        }
+        let give_back = (alive > 0).then(|| (end - alive * self.interval, end));
+        let want = size.max(cost);
+        let (outcome, tat) = self
+            .shared
+            .update(self.shared.load(), |tat| {
+                let (outcome, next) =
+                    grant(tat, now, cost, want, give_back, self.interval, self.depth);
+                Ok::<_, std::convert::Infallible>(((outcome, tat), next))
+            })
+            .map(|(result, _)| result)
+            .unwrap_or_else(|never| match never {});
+        match outcome {
+            Grant::Granted {
+                base,
+                units,
+                returned,
+            } => {
+                let lost = if returned { dead } else { dead + alive };
+                let new_end = base + units * self.interval;
+                // Relaxed stores: published by the Release store of the word below.
+                stripe.size.store(size, Ordering::Relaxed);
+                stripe.taken_at.store(now, Ordering::Relaxed);
+                stripe.installed.store(units - cost, Ordering::Relaxed);
+                stripe.tat_seen.store(new_end.max(tat), Ordering::Relaxed);
+                let wasted = stripe.wasted.load(Ordering::Relaxed);
+                stripe.wasted.store(wasted + lost, Ordering::Relaxed);
+                // Release: a fast-path reader that Acquire-loads `end` and finds this value must
+                // also find our lock (see `check_on_stripe`).
+                stripe.end.store(new_end, Ordering::Release);
+                // Release: publishes `end` and the bookkeeping to whoever Acquire-loads this word.
+                stripe
+                    .word
+                    .store(word.next(units - cost).bits(), Ordering::Release);
+                self.allowed(units - cost, new_end.max(tat), now)
+            }
+            Grant::Denied { tat } => {
+                let wasted = stripe.wasted.load(Ordering::Relaxed);
+                stripe.wasted.store(wasted + dead, Ordering::Relaxed);
+                stripe.size.store(size, Ordering::Relaxed);
+                // Release: unlock, keeping the old lease's live units (fewer than `cost`).
+                stripe
+                    .word
+                    .store(word.next(alive).bits(), Ordering::Release);
+                self.denied(tat, now, cost)
+            }
+        }
+    }
+
+    /// Decides `cost` on the shared state alone (no lease): for costs above the lease size and for
+    /// stripes whose lease is being replaced.
+    fn direct(&self, now: Nanos, cost: u64) -> Decision {
+        let (outcome, tat) = self
+            .shared
+            .update(self.shared.load(), |tat| {
+                let (outcome, next) = grant(tat, now, cost, cost, None, self.interval, self.depth);
+                Ok::<_, std::convert::Infallible>(((outcome, tat), next))
+            })
+            .map(|(result, _)| result)
+            .unwrap_or_else(|never| match never {});
+        match outcome {
+            Grant::Granted { base, units, .. } => {
+                self.allowed(0, (base + units * self.interval).max(tat), now)
+            }
+            Grant::Denied { tat } => self.denied(tat, now, cost),
+        }
+    }
+
+    /// An admission with `lease_left` units left in the stripe's lease and `tat` the latest shared TAT
+    /// the stripe knows of: `remaining` is the lease's units plus what the shared state had free then.
+    #[inline]
+    fn allowed(&self, lease_left: u64, tat: Nanos, now: Nanos) -> Decision {
+        let shared_free = available(tat, now, self.interval, self.depth);
+        Decision::allowed(
+            lease_left.saturating_add(shared_free),
+            tat.saturating_sub(now),
+        )
+    }
+
+    /// The denial the shared GCRA gives `cost` at `now` from `tat`.
+    fn denied(&self, tat: Nanos, now: Nanos, cost: u64) -> Decision {
+        match self.gcra.decide(tat, now, cost) {
+            Ok(transition) if !transition.decision.is_allowed() => transition.decision,
+            // The shared state freed up between our attempt and this call's arithmetic (cannot
+            // happen: same inputs); fail closed with the shortest honest wait.
+            _ => Decision::denied(self.interval, tat.saturating_sub(now)),
+        }
+    }
+
+    /// Units currently held by leases (live or expired-but-not-yet-retired) plus units wasted so
+    /// far: the quantity the lower-bound property test subtracts. Not synchronised with concurrent
+    /// callers.
+    #[doc(hidden)]
+    pub fn stranded_units(&self) -> u64 {
+        self.stripes
+            .iter()
+            .map(|stripe| {
+                // Relaxed: a diagnostic snapshot.
+                let word = LeaseWord::from_bits(stripe.word.load(Ordering::Relaxed));
+                word.units() + stripe.wasted.load(Ordering::Relaxed)
+            })
+            .sum()
+    }
+
+    /// Units held by live leases at `now` (diagnostics; not synchronised with concurrent callers).
+    #[doc(hidden)]
+    pub fn held_units(&self, now: Nanos) -> u64 {
+        self.stripes
+            .iter()
+            .map(|stripe| {
+                // Relaxed: a diagnostic snapshot.
+                let word = LeaseWord::from_bits(stripe.word.load(Ordering::Relaxed));
+                let end = stripe.end.load(Ordering::Relaxed);
+                alive_units(word.units(), end, now, self.interval, self.depth).unwrap_or(0)
+            })
+            .sum()
+    }
+
+    /// The shared TAT word (diagnostics).
+    #[doc(hidden)]
+    pub fn shared_tat(&self) -> Nanos {
+        self.shared.load()
+    }
+
+    /// The GCRA parameters.
+    pub fn gcra(&self) -> &Gcra {
+        &self.gcra
+    }
+}
+
+impl<C: Clock> Limiter for StripedLimiter<C> {
+    #[inline]
+    fn now(&self) -> Nanos {
+        self.clock.now()
+    }
+
+    fn quota(&self) -> &Quota {
+        self.gcra.quota()
+    }
+
+    /// Decides on the calling thread's stripe. `remaining` is approximate: this stripe's lease plus
+    /// what the shared state had free when the lease was taken (other stripes' leases and later
+    /// grants are not seen).
+    #[inline]
+    fn check_at(&self, now: Nanos, cost: u64) -> Result<Decision, CheckError> {
+        self.check_on_stripe(self.current_stripe(), now, cost)
+    }
+
+    /// What the calling thread's stripe would decide; approximate, as for `check_at`.
+    fn peek_at(&self, now: Nanos, cost: u64) -> Result<Decision, CheckError> {
+        self.peek_on_stripe(self.current_stripe(), now, cost)
+    }
+}
