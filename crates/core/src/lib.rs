@@ -45,6 +45,8 @@
 //! or syscall on the decision path; one clock read per decision. Code that touches atomics names them
 //! through one private `sync` module, which the loom models in `loom-tests/` swap for loom's.
 
+#![forbid(unsafe_code)]
+
 pub mod algorithm;
 mod atomic_limiter;
 pub mod clock;

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Every test Tollgate has, in the order CI runs them. Needs: the Rust toolchain, and redis-server for
+# tollgate-redis's tests (installed here from the distribution's packages when missing; the tests start
+# and stop their own server on a free loopback port, so no system service is used).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*"; }
+
+if ! command -v redis-server >/dev/null 2>&1; then
+  step "installing redis-server (needed by tollgate-redis's tests)"
+  if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server >/dev/null
+  # The package starts a system service we do not use; the tests run their own.
+  ($SUDO service redis-server stop || true) >/dev/null 2>&1
+fi
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy (all targets, -D warnings)"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "cargo test (unit, property, integration and doc tests)"
+cargo test --workspace --locked
+
+step "criterion benches compile"
+cargo test --workspace --benches --no-run --locked
+
+step "loom models (optimised, LOOM_MAX_PREEMPTIONS=${LOOM_MAX_PREEMPTIONS:-2})"
+loom-tests/run.sh --locked
+
+step "all tests passed"
