@@ -25,6 +25,9 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 step "cargo test (unit, property, integration and doc tests)"
 cargo test --workspace --locked
 
+step "tollgate-core with every feature (the async shaper)"
+cargo test -p tollgate-core --all-features --locked
+
 step "criterion benches compile"
 cargo test --workspace --benches --no-run --locked
 

@@ -390,3 +390,16 @@ fn coarse_clock_is_monotonic_and_reports_its_precision() {
         last = now;
     }
 }
+
+#[cfg(feature = "tokio")]
+#[tokio::test(start_paused = true)]
+async fn shaper_acquire_async_waits_on_tokio_time() {
+    let quota = Quota::per_second(10).unwrap().with_burst(1).unwrap();
+    let shaper = Shaper::new(quota, Duration::from_secs(1)).unwrap();
+    let start = tokio::time::Instant::now();
+    for _ in 0..3 {
+        shaper.acquire_async(1).await.unwrap();
+    }
+    // Paused time auto-advances through the sleeps: at least the two 100 ms gaps passed.
+    assert!(start.elapsed() >= Duration::from_millis(200));
+}
