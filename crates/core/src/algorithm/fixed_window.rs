@@ -4,6 +4,7 @@
 //! boundary and another just after it, so up to `2 × limit` may pass within one window's length.
 //! Bound: in every aligned window, admissions total at most `limit`.
 
+use crate::algorithm::window::WindowQuota;
 use crate::algorithm::{Algorithm, Transition};
 use crate::clock::Nanos;
 use crate::decision::{CheckError, Decision};
@@ -76,9 +77,7 @@ impl FixedLayout {
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FixedWindow {
-    quota: Quota,
-    window: Nanos,
-    limit: u64,
+    params: WindowQuota,
     layout: FixedLayout,
 }
 
@@ -95,35 +94,27 @@ impl Algorithm for FixedWindow {
     /// # Errors
     /// [`QuotaError::LimitTooLarge`] when `limit` exceeds `2^⌊log₂ period_ns⌋ − 1` (see [`FixedLayout`]).
     fn from_quota(quota: Quota) -> Result<Self, QuotaError> {
-        let window = quota.period_nanos();
-        let layout = FixedLayout::for_period(window);
-        if quota.limit() > layout.max_count() {
-            return Err(QuotaError::LimitTooLarge {
-                max: layout.max_count(),
-            });
-        }
+        let layout = FixedLayout::for_period(quota.period_nanos());
         Ok(FixedWindow {
-            quota,
-            window,
-            limit: quota.limit(),
+            params: WindowQuota::new(quota, layout.max_count())?,
             layout,
         })
     }
 
     fn quota(&self) -> &Quota {
-        &self.quota
+        &self.params.quota
     }
 
     #[inline]
     fn capacity(&self) -> u64 {
-        self.limit
+        self.params.limit
     }
 
     #[inline]
     fn decide(&self, word: u64, now: Nanos, cost: u64) -> Result<Transition, CheckError> {
         self.check_cost(cost)?;
         let state = self.layout.unpack(word);
-        let now_index = now / self.window;
+        let now_index = now / self.params.window;
         // A later window starts from zero; a clock gone backwards keeps counting in the stored window.
         let (index, count) = if now_index > state.index {
             (now_index, 0)
@@ -131,16 +122,18 @@ impl Algorithm for FixedWindow {
             (state.index, state.count)
         };
         // `index <= u64::MAX / window`, but `(index + 1) × window` may pass the end of time.
-        let until_end = (index + 1).saturating_mul(self.window).saturating_sub(now);
+        let until_end = (index + 1)
+            .saturating_mul(self.params.window)
+            .saturating_sub(now);
         let used = count + cost; // both at most `limit`, so no overflow
-        if used > self.limit {
+        if used > self.params.limit {
             // `cost <= limit`, so the next window admits it.
             return Ok(Transition::unchanged(Decision::denied(
                 until_end, until_end,
             )));
         }
         let reset_after = if used == 0 { 0 } else { until_end };
-        let decision = Decision::allowed(self.limit - used, reset_after);
+        let decision = Decision::allowed(self.params.limit - used, reset_after);
         if cost == 0 {
             return Ok(Transition::unchanged(decision));
         }
@@ -153,6 +146,6 @@ impl Algorithm for FixedWindow {
     #[inline]
     fn is_fresh(&self, word: u64, now: Nanos) -> bool {
         let state = self.layout.unpack(word);
-        state.count == 0 || now / self.window > state.index
+        state.count == 0 || now / self.params.window > state.index
     }
 }

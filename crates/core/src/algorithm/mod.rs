@@ -13,6 +13,7 @@ pub mod fixed_window;
 pub mod gcra;
 pub mod leaky_bucket;
 pub mod sliding_window;
+mod window;
 
 /// What a decision does to the state: the answer, and the word to store (`None`: store nothing).
 ///
