@@ -1,0 +1,336 @@
+//! Local leases of a shared GCRA bucket: most decisions never leave the process.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager};
+use tollgate_core::{CheckError, Clock, Decision, MonotonicClock, Nanos, Quota, QuotaError};
+
+use crate::config::RedisConfig;
+use crate::error::Error;
+use crate::limiter::apply_policy;
+use crate::scripts::{self, LEASE};
+
+/// Lease sizing: how many units one Redis call may take, and how long they may be spent locally.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaseConfig {
+    /// Units asked for per lease (`k`); the script grants fewer when the bucket holds fewer.
+    pub size: u64,
+    /// How long leased units may be spent; units unspent by then are dropped (stranded).
+    pub ttl: Duration,
+    /// Keys tracked locally before idle ones are pruned.
+    pub max_keys: usize,
+}
+
+impl Default for LeaseConfig {
+    /// 100 units per lease, spendable for 100 ms, 10 000 keys.
+    fn default() -> Self {
+        LeaseConfig {
+            size: 100,
+            ttl: Duration::from_millis(100),
+            max_keys: 10_000,
+        }
+    }
+}
+
+/// Totals over every key this instance tracks (units).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LeaseStats {
+    /// Units granted by the shared bucket.
+    pub leased: u64,
+    /// Units admitted to callers.
+    pub admitted: u64,
+    /// Units whose lease expired unspent: taken from the bucket, never admitted.
+    pub stranded: u64,
+    /// Units held in live leases right now.
+    pub held: u64,
+    /// Lease script calls made (successful or not).
+    pub redis_calls: u64,
+    /// Decisions answered from the local "denied until" cache.
+    pub cached_denials: u64,
+}
+
+/// One key's local state.
+#[derive(Debug, Default)]
+struct Local {
+    tokens: u64,
+    lease_until: Nanos,
+    denied_until: Nanos,
+    reset_at: Nanos,
+    stats: LeaseStats,
+}
+
+impl Local {
+    /// Answers from the lease or the denial cache, if either can.
+    fn try_local(&mut self, now: Nanos, cost: u64) -> Option<Decision> {
+        if now < self.denied_until {
+            self.stats.cached_denials += 1;
+            return Some(Decision::denied(
+                self.denied_until - now,
+                self.reset_at.saturating_sub(now),
+            ));
+        }
+        if now < self.lease_until && self.tokens >= cost {
+            self.tokens -= cost;
+            self.stats.admitted += cost;
+            return Some(Decision::allowed(
+                self.tokens,
+                self.reset_at.saturating_sub(now),
+            ));
+        }
+        None
+    }
+
+    /// Drops an expired lease's tokens, counting them as stranded.
+    fn expire(&mut self, now: Nanos) {
+        if now >= self.lease_until && self.tokens > 0 {
+            self.stats.stranded += self.tokens;
+            self.tokens = 0;
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Slot {
+    local: Mutex<Local>,
+    /// Held while a lease call is in flight: one refill per key per instance at a time.
+    refill: tokio::sync::Mutex<()>,
+}
+
+impl Slot {
+    fn local(&self) -> MutexGuard<'_, Local> {
+        // A panic elsewhere cannot leave `Local` half-updated in a way that over-admits; keep going.
+        self.local.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A GCRA limiter shared through Redis whose instances take *leases*: one script call grants up to
+/// `k` units from the shared bucket, which this instance then admits locally, without a round-trip,
+/// until they run out or the lease expires. A key the bucket refused is denied locally until the
+/// `retry_after` Redis reported ("denied until" cache).
+///
+/// # Error bound
+/// * **Never over-admits against the global quota, cumulatively**: every admitted unit was first
+///   granted by the shared GCRA, and a grant of `g` units is exactly a GCRA admission of cost `g`. So
+///   from any start, admitted ≤ granted ≤ `burst + rate × elapsed`.
+/// * Over a window of length `d` admissions stay within `burst + rate × (d + ttl)`: a unit may be spent
+///   up to one lease lifetime after it was granted.
+/// * **Under-admission (stranded capacity)**: units whose lease expires unspent are lost, at most `k`
+///   per instance per lease lifetime (each instance holds at most one lease per key), plus the
+///   denial cache may deny for up to one `retry_after` that another instance's future grants cannot
+///   shorten (grants only ever push the bucket's TAT later, so this never denies what the bucket would
+///   admit, up to clock-rate differences).
+///
+/// Local state lives under one short mutex per key (and one for the key table); the refill is
+/// single-flight per key per instance.
+pub struct LeasedLimiter<C = ConnectionManager, K = MonotonicClock> {
+    conn: C,
+    config: RedisConfig,
+    lease: LeaseConfig,
+    clock: K,
+    quota: Quota,
+    interval_us: String,
+    depth_us: String,
+    lease_ttl: Nanos,
+    slots: Mutex<HashMap<Box<str>, Arc<Slot>>>,
+}
+
+impl<C, K> std::fmt::Debug for LeasedLimiter<C, K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeasedLimiter")
+            .field("config", &self.config)
+            .field("lease", &self.lease)
+            .field("quota", &self.quota)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C: ConnectionLike + Clone + Send + Sync> LeasedLimiter<C, MonotonicClock> {
+    /// A leased GCRA limiter on the default monotonic clock (which times lease expiry and the denial
+    /// cache; the shared bucket is timed as `config` says).
+    ///
+    /// # Errors
+    /// As [`RedisLimiter::new`](crate::RedisLimiter::new), or [`QuotaError::InvalidDuration`] for a
+    /// zero lease size or lifetime.
+    pub fn new(
+        conn: C,
+        quota: Quota,
+        config: RedisConfig,
+        lease: LeaseConfig,
+    ) -> Result<Self, QuotaError> {
+        Self::with_clock(conn, quota, config, lease, MonotonicClock::new())
+    }
+}
+
+impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
+    /// A leased GCRA limiter whose local expiry is timed by `clock`.
+    ///
+    /// # Errors
+    /// As [`new`](LeasedLimiter::new).
+    pub fn with_clock(
+        conn: C,
+        quota: Quota,
+        config: RedisConfig,
+        lease: LeaseConfig,
+        clock: K,
+    ) -> Result<Self, QuotaError> {
+        let (interval, depth) = scripts::gcra_params(&quota)?;
+        let lease_ttl = u64::try_from(lease.ttl.as_nanos()).unwrap_or(u64::MAX);
+        if lease.size == 0 || lease_ttl == 0 {
+            return Err(QuotaError::InvalidDuration);
+        }
+        Ok(LeasedLimiter {
+            conn,
+            config,
+            lease: LeaseConfig {
+                size: lease.size.min(quota.burst()),
+                ..lease
+            },
+            clock,
+            quota,
+            interval_us: interval.to_string(),
+            depth_us: depth.to_string(),
+            lease_ttl,
+            slots: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The quota enforced across all instances.
+    pub fn quota(&self) -> &Quota {
+        &self.quota
+    }
+
+    /// The lease sizing in effect (`size` clamped to the burst).
+    pub fn lease_config(&self) -> LeaseConfig {
+        self.lease
+    }
+
+    /// Decides `cost` units for `key`, locally when a live lease covers it; a Redis fault is answered
+    /// by the [`FaultPolicy`](crate::FaultPolicy).
+    ///
+    /// # Errors
+    /// Only [`CheckError::CostExceedsCapacity`].
+    pub async fn check(&self, key: &str, cost: u64) -> Result<Decision, CheckError> {
+        let now = self.clock.now();
+        apply_policy(self.config.policy(), self.run(key, now, None, cost).await)
+    }
+
+    /// [`check`](Self::check) without the fault policy.
+    ///
+    /// # Errors
+    /// [`Error::Cost`], or a backend fault when a lease was needed and Redis failed.
+    pub async fn try_check(&self, key: &str, cost: u64) -> Result<Decision, Error> {
+        let now = self.clock.now();
+        self.run(key, now, None, cost).await
+    }
+
+    /// [`try_check`](Self::try_check) at a caller-supplied time, used both for the local lease expiry
+    /// and (as client time, in µs) for the shared bucket; for tests and simulations.
+    ///
+    /// # Errors
+    /// As [`try_check`](Self::try_check).
+    pub async fn try_check_at(&self, key: &str, now: Nanos, cost: u64) -> Result<Decision, Error> {
+        self.run(key, now, Some(now), cost).await
+    }
+
+    /// Totals over all keys tracked now (`held` counts live leases at the limiter's clock).
+    pub fn stats(&self) -> LeaseStats {
+        let now = self.clock.now();
+        self.stats_at(now)
+    }
+
+    /// [`stats`](Self::stats) with `held` judged at `now`.
+    pub fn stats_at(&self, now: Nanos) -> LeaseStats {
+        let slots: Vec<Arc<Slot>> = self.table().values().cloned().collect();
+        let mut total = LeaseStats::default();
+        for slot in slots {
+            let local = slot.local();
+            let s = local.stats;
+            let live = if now < local.lease_until {
+                local.tokens
+            } else {
+                0
+            };
+            total.leased += s.leased;
+            total.admitted += s.admitted;
+            total.stranded += s.stranded + (local.tokens - live);
+            total.held += live;
+            total.redis_calls += s.redis_calls;
+            total.cached_denials += s.cached_denials;
+        }
+        total
+    }
+
+    fn table(&self) -> MutexGuard<'_, HashMap<Box<str>, Arc<Slot>>> {
+        // The table holds only `Arc`s: a panic while it was locked cannot have broken it.
+        self.slots.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn slot(&self, key: &str, now: Nanos) -> Arc<Slot> {
+        let mut table = self.table();
+        if let Some(slot) = table.get(key) {
+            return Arc::clone(slot);
+        }
+        if table.len() >= self.lease.max_keys {
+            // Drop keys nobody is using whose lease and denial have both lapsed. Their leftover
+            // tokens are stranded either way; forgetting them admits nothing extra.
+            table.retain(|_, slot| {
+                if Arc::strong_count(slot) > 1 {
+                    return true;
+                }
+                let local = slot.local();
+                now < local.lease_until || now < local.denied_until
+            });
+        }
+        Arc::clone(table.entry(key.into()).or_default())
+    }
+
+    async fn run(
+        &self,
+        key: &str,
+        now: Nanos,
+        script_now: Option<Nanos>,
+        cost: u64,
+    ) -> Result<Decision, Error> {
+        let burst = self.quota.burst();
+        if cost > burst {
+            return Err(Error::Cost(CheckError::CostExceedsCapacity {
+                cost,
+                capacity: burst,
+            }));
+        }
+        let slot = self.slot(key, now);
+        if let Some(decision) = slot.local().try_local(now, cost) {
+            return Ok(decision);
+        }
+        // Slow path: one lease call per key at a time in this instance.
+        let _refill = slot.refill.lock().await;
+        let leftover = {
+            let mut local = slot.local();
+            if let Some(decision) = local.try_local(now, cost) {
+                return Ok(decision); // another task refilled while we waited
+            }
+            local.expire(now);
+            local.stats.redis_calls += 1;
+            local.tokens
+        };
+        let need = cost - leftover; // leftover < cost here, so need >= 1
+        let time = scripts::time_arg(&self.config, script_now);
+        let min = need.to_string();
+        let max = self.lease.size.max(need).to_string();
+        let args = [&*time, &*min, &*max, &*self.interval_us, &*self.depth_us];
+        let reply = scripts::invoke(&self.conn, &self.config, &LEASE, key, args).await?;
+        let mut local = slot.local();
+        local.reset_at = now.saturating_add(reply.reset);
+        if reply.a == 0 {
+            local.denied_until = now.saturating_add(reply.retry);
+            return Ok(Decision::denied(reply.retry, reply.reset));
+        }
+        local.stats.leased += reply.a;
+        local.stats.admitted += cost;
+        local.tokens = local.tokens + reply.a - cost;
+        local.lease_until = now.saturating_add(self.lease_ttl);
+        Ok(Decision::allowed(local.tokens, reply.reset))
+    }
+}

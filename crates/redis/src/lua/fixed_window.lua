@@ -1,0 +1,32 @@
+-- Fixed window. KEYS[1]: the key (hash: i = window index, c = units admitted in it). ARGV: now_us or
+-- '', cost, peek (0/1), window_us, limit. Reply: {allowed, remaining, retry_after_us, reset_after_us}.
+local key = KEYS[1]
+local now = now_us()
+local cost = tonumber(ARGV[2])
+local peek = ARGV[3] == '1'
+local window = tonumber(ARGV[4])
+local limit = tonumber(ARGV[5])
+local h = redis.call('HMGET', key, 'i', 'c')
+local si = tonumber(h[1] or '0')
+local sc = tonumber(h[2] or '0')
+local ni = idiv(now, window)
+-- A later window starts from zero; a clock gone backwards keeps counting in the stored window.
+local index, count = si, sc
+if ni > si then
+  index, count = ni, 0
+end
+local until_end = (index + 1) * window - now
+local used = count + cost
+if used > limit then
+  return {0, 0, until_end, until_end}
+end
+local reset = until_end
+if used == 0 then
+  reset = 0
+end
+if cost > 0 and not peek then
+  redis.call('HSET', key, 'i', str(index), 'c', str(used))
+  -- Fresh once the window ends.
+  expire_in(key, until_end)
+end
+return {1, limit - used, 0, reset}

@@ -1,0 +1,42 @@
+-- tollgate prelude: shared by every script.
+-- Every number here is an integer below 2^53, so exact in a Lua double; times and durations are
+-- microseconds. Replies are integers (Redis truncates Lua numbers to integers; ours are whole).
+local function idiv(a, b)
+  -- floor(a / b) for a >= 0, b > 0, corrected for the rounding of the float quotient.
+  local q = math.floor(a / b)
+  if q * b > a then
+    q = q - 1
+  elseif (q + 1) * b <= a then
+    q = q + 1
+  end
+  return q
+end
+local function cdiv(a, b)
+  local q = idiv(a, b)
+  if q * b < a then
+    q = q + 1
+  end
+  return q
+end
+local function str(n)
+  -- Integers as plain digits ("%.0f" is exact below 2^53; tostring could print an exponent).
+  return string.format('%.0f', n)
+end
+local function now_us()
+  if ARGV[1] ~= '' then
+    return tonumber(ARGV[1])
+  end
+  -- Server time. Redis >= 5 replicates scripts by effects (the only mode since 7), so TIME is
+  -- allowed before writes; on 3.2-4.x replicate_commands switches that mode on.
+  if redis.replicate_commands then
+    pcall(redis.replicate_commands)
+  end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local function expire_in(key, us)
+  -- Keep the key `us` microseconds more, rounded up to whole milliseconds (never expires early).
+  redis.call('PEXPIRE', key, str(math.max(cdiv(us, 1000), 1)))
+end
+-- 2^53: the end of exact integers. A state that would reach it is refused (fails closed).
+local LIMIT = 9007199254740992

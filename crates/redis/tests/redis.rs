@@ -1,0 +1,719 @@
+//! Integration tests against a real `redis-server` that each test starts on its own loopback port.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::RedisServer;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use redis::aio::MultiplexedConnection;
+use tollgate_core::algorithm::Algorithm;
+use tollgate_core::algorithm::fixed_window::FixedState;
+use tollgate_core::algorithm::sliding_window::SlidingState;
+use tollgate_core::{
+    CheckError, Decision, FixedWindow, Gcra, ManualClock, Nanos, Quota, SlidingWindow,
+};
+use tollgate_redis::{
+    ConnectionManager, Error, FaultPolicy, LeaseConfig, LeasedLimiter, RedisAlgorithm, RedisConfig,
+    RedisLimiter, TimeSource, connect,
+};
+
+/// Around 2023 in µs since the Unix epoch, so the scripts see realistic magnitudes.
+const EPOCH_US: u64 = 1_700_000_000_000_000;
+
+async fn raw(server: &RedisServer) -> MultiplexedConnection {
+    redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+fn config() -> RedisConfig {
+    RedisConfig::default()
+        .with_prefix("t:")
+        .with_timeout(Duration::from_secs(2))
+}
+
+fn manager(server: &RedisServer, config: &RedisConfig) -> ConnectionManager {
+    connect(&server.url(), config).unwrap()
+}
+
+/// The core's decision with durations rounded up to whole µs (what the µs scripts report).
+fn round_up_us(d: Decision) -> Decision {
+    let up = |d: Duration| Duration::from_micros(d.as_nanos().div_ceil(1000) as u64);
+    match d {
+        Decision::Allowed {
+            remaining,
+            reset_after,
+        } => Decision::Allowed {
+            remaining,
+            reset_after: up(reset_after),
+        },
+        Decision::Denied {
+            retry_after,
+            reset_after,
+        } => Decision::Denied {
+            retry_after: up(retry_after),
+            reset_after: up(reset_after),
+        },
+    }
+}
+
+/// One algorithm as the trace test sees it: the core model plus its state in the script's form.
+trait Model: Algorithm {
+    const KIND: RedisAlgorithm;
+    /// The Redis commands that store core `word` in the script's representation.
+    fn seed(&self, key: &str, word: u64) -> redis::Pipeline;
+    /// Reads the script's state back as a core word (`None`: no key).
+    fn read(&self, values: &[Option<u64>]) -> Option<u64>;
+    /// The fields to read.
+    fn fields() -> &'static [&'static str];
+    /// How long after `now` (µs) the written state `word` becomes fresh.
+    fn ttl_us(&self, word: u64, now_us: u64) -> u64;
+}
+
+impl Model for Gcra {
+    const KIND: RedisAlgorithm = RedisAlgorithm::Gcra;
+    fn seed(&self, key: &str, word: u64) -> redis::Pipeline {
+        let mut p = redis::pipe();
+        p.atomic().del(key).ignore();
+        if word != 0 {
+            assert_eq!(word % 1000, 0, "core TAT not µs-aligned");
+            p.set(key, word / 1000).ignore();
+        }
+        p
+    }
+    fn read(&self, values: &[Option<u64>]) -> Option<u64> {
+        values[0].map(|tat| tat * 1000)
+    }
+    fn fields() -> &'static [&'static str] {
+        &[]
+    }
+    fn ttl_us(&self, word: u64, now_us: u64) -> u64 {
+        word / 1000 - now_us
+    }
+}
+
+impl Model for FixedWindow {
+    const KIND: RedisAlgorithm = RedisAlgorithm::FixedWindow;
+    fn seed(&self, key: &str, word: u64) -> redis::Pipeline {
+        let mut p = redis::pipe();
+        p.atomic().del(key).ignore();
+        if word != 0 {
+            let s = self.layout().unpack(word);
+            p.hset_multiple(key, &[("i", s.index), ("c", s.count)])
+                .ignore();
+        }
+        p
+    }
+    fn read(&self, v: &[Option<u64>]) -> Option<u64> {
+        Some(self.layout().pack(FixedState {
+            index: v[0]?,
+            count: v[1]?,
+        }))
+    }
+    fn fields() -> &'static [&'static str] {
+        &["i", "c"]
+    }
+    fn ttl_us(&self, word: u64, now_us: u64) -> u64 {
+        let w = self.quota().period_nanos() / 1000;
+        (self.layout().unpack(word).index + 1) * w - now_us
+    }
+}
+
+impl Model for SlidingWindow {
+    const KIND: RedisAlgorithm = RedisAlgorithm::SlidingWindow;
+    fn seed(&self, key: &str, word: u64) -> redis::Pipeline {
+        let mut p = redis::pipe();
+        p.atomic().del(key).ignore();
+        if word != 0 {
+            let s = self.layout().unpack(word);
+            p.hset_multiple(key, &[("i", s.index), ("p", s.previous), ("c", s.current)])
+                .ignore();
+        }
+        p
+    }
+    fn read(&self, v: &[Option<u64>]) -> Option<u64> {
+        Some(self.layout().pack(SlidingState {
+            index: v[0]?,
+            previous: v[1]?,
+            current: v[2]?,
+        }))
+    }
+    fn fields() -> &'static [&'static str] {
+        &["i", "p", "c"]
+    }
+    fn ttl_us(&self, word: u64, now_us: u64) -> u64 {
+        let w = self.quota().period_nanos() / 1000;
+        (self.layout().unpack(word).index + 2) * w - now_us
+    }
+}
+
+/// Runs `steps` random requests through the script (client time) and the core's `decide`, seeding
+/// the key with the core's state before each step, and checks: the decision (durations rounded up
+/// to µs), the state written back, and its TTL (present, and exactly when the state turns fresh).
+async fn trace<M: Model>(
+    server: &RedisServer,
+    model: M,
+    rng: &mut StdRng,
+    steps: usize,
+    key: &str,
+) {
+    let mut conn = raw(server).await;
+    let limiter = RedisLimiter::new(
+        manager(server, &config()),
+        M::KIND,
+        *model.quota(),
+        config(),
+    )
+    .unwrap();
+    let full = format!("t:{key}");
+    let capacity = model.capacity();
+    let scale = model
+        .quota()
+        .period_nanos()
+        .max(model.quota().emission_interval_nanos())
+        / 1000;
+    let mut state = 0u64;
+    let (mut allowed, mut denied) = (0, 0);
+    let mut now_us = EPOCH_US + rng.random_range(0..scale * 3);
+    for step in 0..steps {
+        // Mostly forward in small steps, sometimes frozen, sometimes far, rarely backwards.
+        now_us = match rng.random_range(0..100) {
+            0..20 => now_us,
+            20..75 => now_us + rng.random_range(0..=scale / 4 + 1),
+            75..90 => now_us + rng.random_range(0..=scale * 2),
+            90..95 => now_us + rng.random_range(0..=scale * 5),
+            _ => now_us.saturating_sub(rng.random_range(0..=scale / 2 + 1)),
+        };
+        let cost = match rng.random_range(0..100) {
+            0..60 => 1,
+            60..85 => rng.random_range(1..=capacity),
+            85..92 => 0,
+            _ => capacity,
+        };
+        let peek = rng.random_bool(0.15);
+        let now = now_us * 1000;
+
+        let _: () = model
+            .seed(&full, state)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let got = if peek {
+            limiter.try_peek_at(key, now, cost).await
+        } else {
+            limiter.try_check_at(key, now, cost).await
+        }
+        .unwrap();
+        let t = model.decide(state, now, cost).unwrap();
+        let ctx = format!("step {step}: now_us {now_us} cost {cost} peek {peek} state {state:#x}");
+        assert_eq!(got, round_up_us(t.decision), "{ctx}");
+        if got.is_allowed() {
+            allowed += 1;
+        } else {
+            denied += 1;
+        }
+
+        let mut read = redis::pipe();
+        read.atomic();
+        if M::fields().is_empty() {
+            read.get(&full);
+        } else {
+            let cmd = read.cmd("HMGET").arg(&full);
+            for f in M::fields() {
+                cmd.arg(*f);
+            }
+        }
+        read.pttl(&full);
+        let (values, pttl): (Vec<Option<u64>>, i64) = if M::fields().is_empty() {
+            let (v, pttl): (Option<u64>, i64) = read.query_async(&mut conn).await.unwrap();
+            (vec![v], pttl)
+        } else {
+            read.query_async(&mut conn).await.unwrap()
+        };
+        let stored = model.read(&values);
+        match t.next.filter(|_| !peek) {
+            None => {
+                // No write: the seeded state is untouched (and has no TTL).
+                assert_eq!(
+                    stored.unwrap_or(0),
+                    state,
+                    "{ctx}: a non-write changed the key"
+                );
+                if state != 0 {
+                    assert_eq!(pttl, -1, "{ctx}: a non-write set a TTL");
+                }
+            }
+            Some(next) => {
+                let ttl_us = model.ttl_us(next, now_us);
+                let want_ms = ttl_us.div_ceil(1000).max(1) as i64;
+                // The TTL ends exactly where the state turns fresh (to the µs)...
+                assert!(model.is_fresh(next, now + ttl_us * 1000), "{ctx}");
+                assert!(!model.is_fresh(next, now + ttl_us * 1000 - 1000), "{ctx}");
+                match stored {
+                    // ... a key that short-lived may already be gone in real time.
+                    None => assert!(want_ms <= 100, "{ctx}: key vanished, TTL {want_ms} ms"),
+                    Some(word) => {
+                        assert_eq!(word, next, "{ctx}: stored state");
+                        assert!(
+                            pttl <= want_ms && pttl > want_ms - 1000,
+                            "{ctx}: PTTL {pttl} ms, want {want_ms} ms"
+                        );
+                    }
+                }
+                state = next;
+            }
+        }
+    }
+    // The trace must have exercised both outcomes to mean anything.
+    assert!(
+        allowed > 10 && denied > 10,
+        "{key}: {allowed} allowed, {denied} denied"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gcra_script_agrees_with_core_on_random_traces() {
+    let server = RedisServer::start();
+    let mut rng = StdRng::seed_from_u64(6);
+    for round in 0..12 {
+        // Whole-µs emission intervals: period = limit × interval.
+        let interval_us = match round % 3 {
+            0 => rng.random_range(1..=20),
+            1 => rng.random_range(20..=5_000),
+            _ => rng.random_range(5_000..=2_000_000),
+        };
+        let limit = rng.random_range(1..=50u64);
+        let quota = Quota::per(Duration::from_micros(limit * interval_us), limit)
+            .unwrap()
+            .with_burst(rng.random_range(1..=60))
+            .unwrap();
+        let gcra = Gcra::from_quota(quota).unwrap();
+        trace(&server, gcra, &mut rng, 300, &format!("gcra{round}")).await;
+    }
+}
+
+fn window_quota(rng: &mut StdRng, round: usize) -> Quota {
+    let window_us: u64 = match round % 3 {
+        0 => rng.random_range(1_000..=20_000),
+        1 => rng.random_range(20_000..=2_000_000),
+        _ => rng.random_range(2_000_000..=120_000_000),
+    };
+    // limit <= window in µs, so the sliding window's µs waits are the core's rounded up.
+    let limit = rng.random_range(1..=200u64.min(window_us));
+    Quota::per(Duration::from_micros(window_us), limit).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fixed_window_script_agrees_with_core_on_random_traces() {
+    let server = RedisServer::start();
+    let mut rng = StdRng::seed_from_u64(7);
+    for round in 0..12 {
+        let fw = FixedWindow::from_quota(window_quota(&mut rng, round)).unwrap();
+        trace(&server, fw, &mut rng, 300, &format!("fw{round}")).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sliding_window_script_agrees_with_core_on_random_traces() {
+    let server = RedisServer::start();
+    let mut rng = StdRng::seed_from_u64(8);
+    for round in 0..12 {
+        let sw = SlidingWindow::from_quota(window_quota(&mut rng, round)).unwrap();
+        trace(&server, sw, &mut rng, 300, &format!("sw{round}")).await;
+    }
+}
+
+/// A lease of `g` units is exactly a GCRA admission of cost `g`, for the largest `g <= k` that fits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_grants_match_core_gcra() {
+    let server = RedisServer::start();
+    let mut rng = StdRng::seed_from_u64(9);
+    let quota = Quota::per_second(1000).unwrap().with_burst(50).unwrap();
+    let gcra = Gcra::from_quota(quota).unwrap();
+    let cfg = config();
+    let lease = LeaseConfig {
+        size: 7,
+        ttl: Duration::from_nanos(1), // every call goes to Redis
+        max_keys: 16,
+    };
+    let limiter = LeasedLimiter::new(manager(&server, &cfg), quota, cfg, lease).unwrap();
+    let mut tat = 0u64;
+    let mut now_us = EPOCH_US;
+    let mut leased = 0;
+    for step in 0..400 {
+        now_us += rng.random_range(0..=3_000);
+        let now = now_us * 1000;
+        let d = limiter.try_check_at("lease", now, 1).await.unwrap();
+        let after = limiter.stats_at(now).leased;
+        let granted = after - leased;
+        leased = after;
+        // The core: the largest g in 1..=7 that GCRA admits, or a denial of cost 1.
+        let want = (1..=7u64).rev().find_map(|g| {
+            let t = gcra.decide(tat, now, g).unwrap();
+            t.decision.is_allowed().then_some((g, t))
+        });
+        match want {
+            Some((g, t)) => {
+                assert_eq!(granted, g, "step {step}");
+                assert!(d.is_allowed(), "step {step}");
+                assert_eq!(d.reset_after(), t.decision.reset_after(), "step {step}");
+                tat = t.next.unwrap();
+            }
+            None => {
+                let t = gcra.decide(tat, now, 1).unwrap();
+                assert_eq!(granted, 0, "step {step}");
+                assert_eq!(d, t.decision, "step {step}");
+                now_us += d.retry_after().unwrap().as_micros() as u64; // skip the cached denial
+            }
+        }
+    }
+}
+
+/// Many instances (own connections) and tasks on one key at one frozen instant: exactly the quota.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn instances_sharing_redis_never_exceed_the_quota() {
+    let server = RedisServer::start();
+    let quota = Quota::per_minute(100).unwrap();
+    for algorithm in [
+        RedisAlgorithm::Gcra,
+        RedisAlgorithm::FixedWindow,
+        RedisAlgorithm::SlidingWindow,
+    ] {
+        let now = (EPOCH_US + 12_345) * 1000;
+        let mut tasks = Vec::new();
+        for _instance in 0..4 {
+            let cfg = config();
+            let limiter =
+                Arc::new(RedisLimiter::new(manager(&server, &cfg), algorithm, quota, cfg).unwrap());
+            for _task in 0..8 {
+                let limiter = Arc::clone(&limiter);
+                tasks.push(tokio::spawn(async move {
+                    let mut admitted = 0;
+                    for _ in 0..20 {
+                        let key = format!("shared-{algorithm:?}");
+                        if limiter
+                            .try_check_at(&key, now, 1)
+                            .await
+                            .unwrap()
+                            .is_allowed()
+                        {
+                            admitted += 1;
+                        }
+                    }
+                    admitted
+                }));
+            }
+        }
+        let mut admitted = 0;
+        for t in tasks {
+            admitted += t.await.unwrap();
+        }
+        // 640 requests for 100 units: all 100 go, none more.
+        assert_eq!(admitted, 100, "{algorithm:?}");
+    }
+
+    // Leased instances: every unit admitted came from the bucket, none stranded at a frozen instant.
+    let now = (EPOCH_US + 99) * 1000;
+    let gcra = Quota::per_minute(100).unwrap();
+    let lease = LeaseConfig {
+        size: 10,
+        ttl: Duration::from_secs(1),
+        max_keys: 16,
+    };
+    let mut tasks = Vec::new();
+    let mut instances = Vec::new();
+    for _ in 0..4 {
+        let cfg = config();
+        let limiter =
+            Arc::new(LeasedLimiter::new(manager(&server, &cfg), gcra, cfg, lease).unwrap());
+        instances.push(Arc::clone(&limiter));
+        for _ in 0..8 {
+            let limiter = Arc::clone(&limiter);
+            tasks.push(tokio::spawn(async move {
+                let mut admitted = 0;
+                for _ in 0..20 {
+                    if limiter
+                        .try_check_at("leased", now, 1)
+                        .await
+                        .unwrap()
+                        .is_allowed()
+                    {
+                        admitted += 1;
+                    }
+                }
+                admitted
+            }));
+        }
+    }
+    let mut admitted = 0;
+    for t in tasks {
+        admitted += t.await.unwrap();
+    }
+    assert_eq!(admitted, 100);
+    let leased: u64 = instances.iter().map(|l| l.stats_at(now).leased).sum();
+    assert_eq!(leased, 100);
+}
+
+/// Real server time, several instances hammering one GCRA key: admitted <= burst + rate × elapsed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn instances_on_server_time_stay_within_the_gcra_bound() {
+    let server = RedisServer::start();
+    let mut conn = raw(&server).await;
+    let quota = Quota::per_second(2000).unwrap().with_burst(20).unwrap();
+    let server_us = |t: (u64, u64)| t.0 * 1_000_000 + t.1;
+    let start: (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await.unwrap();
+    let mut tasks = Vec::new();
+    for _ in 0..3 {
+        let cfg = config().with_time(TimeSource::Server);
+        let limiter = Arc::new(RedisLimiter::gcra(manager(&server, &cfg), quota, cfg).unwrap());
+        for _ in 0..4 {
+            let limiter = Arc::clone(&limiter);
+            tasks.push(tokio::spawn(async move {
+                let mut admitted = 0u64;
+                for _ in 0..400 {
+                    if limiter.try_check("rt", 1).await.unwrap().is_allowed() {
+                        admitted += 1;
+                    }
+                }
+                admitted
+            }));
+        }
+    }
+    let mut admitted = 0;
+    for t in tasks {
+        admitted += t.await.unwrap();
+    }
+    let end: (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await.unwrap();
+    let elapsed_us = server_us(end) - server_us(start);
+    let bound = 20 + elapsed_us / 500 + 1;
+    assert!(
+        admitted <= bound,
+        "admitted {admitted} > bound {bound} over {elapsed_us} µs"
+    );
+    assert!(admitted >= 20, "the burst alone admits 20, got {admitted}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripts_reload_after_script_flush() {
+    let server = RedisServer::start();
+    let mut conn = raw(&server).await;
+    let cfg = config();
+    let quota = Quota::per_second(10).unwrap();
+    let gcra = RedisLimiter::gcra(manager(&server, &cfg), quota, cfg.clone()).unwrap();
+    let lease =
+        LeasedLimiter::new(manager(&server, &cfg), quota, cfg, LeaseConfig::default()).unwrap();
+    assert!(gcra.try_check("k", 1).await.unwrap().is_allowed());
+    assert!(lease.try_check("l", 1).await.unwrap().is_allowed());
+    assert_eq!(
+        noscript_errors(&mut conn).await,
+        2,
+        "first calls load the two scripts"
+    );
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    // EVALSHA now fails with NOSCRIPT; the limiters reload and answer.
+    assert_eq!(gcra.try_check("k", 1).await.unwrap().remaining(), 8);
+    assert!(lease.try_check("l2", 1).await.unwrap().is_allowed());
+    assert_eq!(
+        noscript_errors(&mut conn).await,
+        4,
+        "NOSCRIPT was seen and handled"
+    );
+    // And later calls go by SHA again without errors.
+    assert_eq!(gcra.try_check("k", 1).await.unwrap().remaining(), 7);
+    assert_eq!(noscript_errors(&mut conn).await, 4);
+}
+
+/// How many NOSCRIPT errors the server has replied (`INFO errorstats`, Redis >= 6.2).
+async fn noscript_errors(conn: &mut MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("errorstats")
+        .query_async(conn)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("errorstat_NOSCRIPT:count="))
+        .map_or(0, |n| n.trim().parse().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_down_applies_the_policy_then_recovers() {
+    let mut server = RedisServer::start();
+    let quota = Quota::per_second(1000).unwrap();
+    let base = RedisConfig::default().with_timeout(Duration::from_millis(200));
+    let closed_cfg = base.clone().with_policy(FaultPolicy::FailClosed {
+        retry_after: Duration::from_millis(250),
+    });
+    let open_cfg = base.with_policy(FaultPolicy::FailOpen);
+    let closed = RedisLimiter::gcra(manager(&server, &closed_cfg), quota, closed_cfg).unwrap();
+    let open =
+        RedisLimiter::fixed_window(manager(&server, &open_cfg), quota, open_cfg.clone()).unwrap();
+    let leased = LeasedLimiter::new(
+        manager(&server, &open_cfg),
+        quota,
+        open_cfg,
+        LeaseConfig {
+            size: 5,
+            ttl: Duration::from_secs(60),
+            max_keys: 16,
+        },
+    )
+    .unwrap();
+    assert!(closed.try_check("a", 1).await.unwrap().is_allowed());
+    assert!(open.try_check("b", 1).await.unwrap().is_allowed());
+    assert!(leased.try_check("c", 1).await.unwrap().is_allowed());
+
+    server.kill();
+    let err = closed.try_check("a", 1).await.unwrap_err();
+    assert!(err.is_backend(), "{err}");
+    assert!(
+        matches!(err, Error::Redis(_) | Error::Timeout(_)),
+        "{err:?}"
+    );
+    assert_eq!(
+        closed.check("a", 1).await.unwrap(),
+        Decision::denied(250_000_000, 250_000_000)
+    );
+    assert!(open.check("b", 1).await.unwrap().is_allowed());
+    // A bad cost is still an error, not the policy.
+    assert!(matches!(
+        closed.check("a", 5000).await,
+        Err(CheckError::CostExceedsCapacity { .. })
+    ));
+    // The live lease keeps serving locally (4 units left), then the policy (open) answers.
+    for _ in 0..4 {
+        assert!(leased.try_check("c", 1).await.unwrap().is_allowed());
+    }
+    assert!(leased.try_check("c", 1).await.is_err());
+    assert!(leased.check("c", 1).await.unwrap().is_allowed());
+
+    server.restart();
+    // The connection manager reconnects in the background; poll (bounded) until it answers.
+    let mut recovered = false;
+    for _ in 0..100 {
+        let a = closed.try_peek("a", 1).await.is_ok();
+        let b = open.try_peek("b", 1).await.is_ok();
+        let c = leased.try_check("probe", 1).await.is_ok();
+        if a && b && c {
+            recovered = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        recovered,
+        "the limiter did not recover after Redis came back"
+    );
+    // A fresh server: state and scripts are gone; NOSCRIPT is handled, decisions are real again.
+    assert_eq!(closed.try_check("a", 1).await.unwrap().remaining(), 999);
+    assert_eq!(open.try_check("b", 1).await.unwrap().remaining(), 999);
+    assert!(leased.try_check("c", 1).await.unwrap().is_allowed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ttls_and_prefix_and_no_writes_on_denial_or_peek() {
+    let server = RedisServer::start();
+    let mut conn = raw(&server).await;
+    let cfg = config().with_prefix("app:{t1}:");
+    let now = EPOCH_US * 1000 + 250_000_000; // 0.25 s into a second
+    let quota = Quota::per_second(2).unwrap();
+    let gcra = RedisLimiter::gcra(manager(&server, &cfg), quota, cfg.clone()).unwrap();
+    let fw = RedisLimiter::fixed_window(manager(&server, &cfg), quota, cfg.clone()).unwrap();
+    let sw = RedisLimiter::sliding_window(manager(&server, &cfg), quota, cfg).unwrap();
+
+    // Peeks and zero costs create nothing.
+    assert!(gcra.try_peek_at("g", now, 1).await.unwrap().is_allowed());
+    assert!(fw.try_check_at("f", now, 0).await.unwrap().is_allowed());
+    let exists: u64 = redis::cmd("EXISTS")
+        .arg("app:{t1}:g")
+        .arg("app:{t1}:f")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(exists, 0);
+
+    assert!(gcra.try_check_at("g", now, 2).await.unwrap().is_allowed());
+    assert!(fw.try_check_at("f", now, 2).await.unwrap().is_allowed());
+    assert!(sw.try_check_at("s", now, 2).await.unwrap().is_allowed());
+    let pttl_conn = conn.clone();
+    let pttl = |k: &'static str| {
+        let mut c = pttl_conn.clone();
+        async move {
+            redis::cmd("PTTL")
+                .arg(k)
+                .query_async::<i64>(&mut c)
+                .await
+                .unwrap()
+        }
+    };
+    // GCRA: TAT = now + 2 × 500 ms → 1000 ms. Fixed: window ends in 750 ms. Sliding: 1750 ms.
+    let (g, f, s) = (
+        pttl("app:{t1}:g").await,
+        pttl("app:{t1}:f").await,
+        pttl("app:{t1}:s").await,
+    );
+    assert!((900..=1000).contains(&g), "gcra PTTL {g}");
+    assert!((650..=750).contains(&f), "fixed PTTL {f}");
+    assert!((1650..=1750).contains(&s), "sliding PTTL {s}");
+    // Denials do not touch the key or its TTL.
+    let before: String = redis::cmd("GET")
+        .arg("app:{t1}:g")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(!gcra.try_check_at("g", now, 1).await.unwrap().is_allowed());
+    let after: String = redis::cmd("GET")
+        .arg("app:{t1}:g")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(before, after);
+    assert!(pttl("app:{t1}:g").await <= g);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_mode_serves_locally_and_caches_denials() {
+    let server = RedisServer::start();
+    let cfg = config();
+    let clock = ManualClock::new();
+    let quota = Quota::per_second(10).unwrap();
+    let leased = LeasedLimiter::with_clock(
+        manager(&server, &cfg),
+        quota,
+        cfg,
+        LeaseConfig {
+            size: 4,
+            ttl: Duration::from_secs(10),
+            max_keys: 16,
+        },
+        clock.clone(),
+    )
+    .unwrap();
+    let now: Nanos = EPOCH_US * 1000;
+    let mut admitted = 0;
+    for _ in 0..30 {
+        if leased.try_check_at("k", now, 1).await.unwrap().is_allowed() {
+            admitted += 1;
+        }
+    }
+    assert_eq!(admitted, 10);
+    let s = leased.stats_at(now);
+    assert_eq!((s.leased, s.admitted), (10, 10));
+    // 3 full leases of 4, minus... : calls = ceil(10 / 4) grants + 1 refused; the other 19 denials
+    // came from the cache.
+    assert_eq!(s.redis_calls, 4);
+    assert_eq!(s.cached_denials, 19);
+    // Cost above the burst is an error, not a denial.
+    assert!(matches!(
+        leased.try_check_at("k", now, 11).await,
+        Err(Error::Cost(_))
+    ));
+}
