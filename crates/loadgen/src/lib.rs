@@ -1,0 +1,65 @@
+//! Tollgate's load generator and accuracy harness, behind the `tollgate-bench` binary.
+//!
+//! ```text
+//! cargo run --release -p tollgate-loadgen                 # the default suite -> report/
+//! cargo run --release -p tollgate-loadgen -- --impls gcra,governor --keys zipf:100000:1.1 --threads 1,2,4
+//! cargo run --release -p tollgate-loadgen -- accuracy     # the accuracy table -> report/accuracy.md
+//! ```
+//!
+//! # What a run measures, and how
+//! Each implementation ([`targets::Impl`]) is built once per run and shared by `N` worker threads,
+//! pinned to cores with `core_affinity` when `N` ≤ cores (otherwise unpinned and flagged
+//! *oversubscribed* in every output). Threads start together on a `Barrier`, run a warm-up, then are
+//! measured until an `AtomicU8` phase flag says stop. Every thread cycles through its own
+//! pregenerated key stream (64 Ki keys by default, drawn from the chosen distribution before the
+//! run), so no random number is drawn on the timed path.
+//!
+//! **ns/decision (closed loop).** A decision costs a few nanoseconds, about what reading the clock
+//! costs, so decisions are timed in batches: one `quanta` raw (TSC) read before and after each batch
+//! of 64 decisions. The two reads cost about 10–40 ns together, so per decision they add well under
+//! 1 ns (a 64th of it), and the loop's own cost (loading the next key) is included, as it would be in
+//! a caller. `ns/decision` is time inside batches ÷ decisions in them, per thread; `decisions/s` adds
+//! up all threads' decisions over their measured wall time.
+//!
+//! **Latency percentiles.** After each batch, one more decision is timed alone: TSC read, decide, TSC
+//! read. The median cost of a back-to-back pair of reads is calibrated at start-up (100 000 pairs)
+//! and subtracted from every sample; the overhead is printed and written to the report header
+//! (`timer_overhead_ns`). So percentiles come from one sample per 65 decisions — over a million per
+//! second of run — and their floor is the timer's resolution: values of a few ns are "about one
+//! clock read", not exact. Samples go into a per-thread `hdrhistogram` (1 ns – 100 s, 3 significant
+//! digits), merged after the run. Without an invariant TSC quanta falls back to the OS clock; the
+//! header says which was used.
+//!
+//! **Open loop.** With `--loop open` (or one run per implementation under the default `both`) every
+//! thread issues decisions on a fixed schedule (`rate / threads` per second each), times each one,
+//! and records it with `record_correct(sample, interval)`, so a stall that delays the schedule also
+//! counts the requests that would have waited behind it (coordinated-omission correction).
+//!
+//! **Quotas.** `allow` gives each implementation the most generous per-second quota it represents
+//! (GCRA 10^9/s; window counters cap their limit by their packed layout, e.g. the sliding window at
+//! 16 383/s, so on one key they mostly deny — the allowed fraction column shows it); `deny` gives
+//! one per hour, so after the first request every decision is a denial (the read-only path). Peers
+//! read the same clock as Tollgate through an adapter ([`targets::SharedClock`]) so clock cost is
+//! equal; `--clock coarse` switches everyone to a cached 1 ms clock.
+//!
+//! **Bytes per key.** Keyed runs report heap bytes per key: with [`alloc::CountingAlloc`] as the
+//! global allocator (the binary installs it), a fresh limiter is built and each of the `K` keys is
+//! touched once; (live bytes after − before construction) ÷ `K`.
+//!
+//! # Outputs
+//! `--out DIR` (default `report/`, git-ignored): `suite.json` (header with command, commit, CPU,
+//! cores, date, timer overhead, load average; one record per implementation × scenario × threads),
+//! `report.md`, and SVG plots (`ns_per_decision.svg`, `latency_percentiles.svg`,
+//! `throughput_vs_threads.svg`). `--json PATH` writes the JSON to a second place too. The accuracy
+//! mode writes `accuracy.md` and `accuracy.json` (see [`accuracy`]).
+
+pub mod accuracy;
+pub mod alloc;
+pub mod cli;
+pub mod keys;
+pub mod machine;
+pub mod report;
+pub mod runner;
+pub mod suite;
+mod sync;
+pub mod targets;

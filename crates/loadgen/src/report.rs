@@ -1,0 +1,503 @@
+//! The run's outputs: JSON records, the Markdown report, SVG plots and the terminal summary.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use plotters::prelude::*;
+use serde::Serialize;
+
+use crate::machine::Machine;
+
+/// One measured (implementation, scenario, threads) row: the `--json` record.
+#[derive(Clone, Debug, Serialize)]
+pub struct Record {
+    /// Implementation name (`gcra`, `governor`, ...).
+    #[serde(rename = "impl")]
+    pub imp: String,
+    /// Algorithm it runs.
+    pub algorithm: String,
+    /// `tollgate`, `peer` or `baseline`.
+    pub family: String,
+    /// `<loop>/<quota mode>/<key distribution>`, e.g. `closed/allow/zipf:10000:1`.
+    pub scenario: String,
+    /// `closed` or `open:<rate>`.
+    pub loop_mode: String,
+    /// `allow` or `deny`.
+    pub quota_mode: String,
+    /// The quota the implementation ran with.
+    pub quota: String,
+    /// Key distribution.
+    pub key_dist: String,
+    /// Distinct keys.
+    pub keys: u64,
+    /// Worker threads.
+    pub threads: usize,
+    /// Threads were pinned to cores.
+    pub pinned: bool,
+    /// More threads than cores.
+    pub oversubscribed: bool,
+    /// `tsc` or `coarse`.
+    pub clock: String,
+    /// Mean time one thread spends per decision, ns (closed loop: from batches of `batch`).
+    pub ns_per_decision: f64,
+    /// Decisions per second, all threads.
+    pub decisions_per_sec: f64,
+    /// Single-decision latency, ns (timer overhead subtracted).
+    pub p50_ns: u64,
+    /// p99, ns.
+    pub p99_ns: u64,
+    /// p99.9, ns.
+    pub p999_ns: u64,
+    /// p99.99, ns.
+    pub p9999_ns: u64,
+    /// Max, ns.
+    pub max_ns: u64,
+    /// Admitted / decided.
+    pub allowed_fraction: f64,
+    /// Heap bytes per key after touching every key once (keyed runs), else `null`.
+    pub bytes_per_key: Option<f64>,
+    /// Decisions measured.
+    pub decisions: u64,
+    /// Latency samples.
+    pub samples: u64,
+    /// (quantile, ns) points of the latency curve.
+    pub percentiles: Vec<(f64, u64)>,
+}
+
+/// How the run was made: the JSON header.
+#[derive(Clone, Debug, Serialize)]
+pub struct Header {
+    /// Tool and format version.
+    pub tool: String,
+    /// The exact command line.
+    pub command: String,
+    /// Machine and build facts.
+    #[serde(flatten)]
+    pub machine: Machine,
+    /// Measured duration per run, seconds.
+    pub duration_s: f64,
+    /// Warm-up per run, seconds.
+    pub warmup_s: f64,
+    /// Decisions per timed batch.
+    pub batch: u32,
+    /// Median cost of a pair of timer reads, subtracted from each latency sample, ns.
+    pub timer_overhead_ns: u64,
+    /// Whether the timer is the TSC.
+    pub timer_is_tsc: bool,
+    /// Load average when the suite started.
+    pub loadavg_before: String,
+    /// Load average when it ended.
+    pub loadavg_after: String,
+}
+
+/// The whole `--json` file.
+#[derive(Clone, Debug, Serialize)]
+pub struct SuiteFile<'a> {
+    /// How the run was made.
+    pub header: &'a Header,
+    /// One per (implementation, scenario, threads).
+    pub records: &'a [Record],
+}
+
+fn fmt_rate(x: f64) -> String {
+    if x >= 1e9 {
+        format!("{:.2} G", x / 1e9)
+    } else if x >= 1e6 {
+        format!("{:.1} M", x / 1e6)
+    } else if x >= 1e3 {
+        format!("{:.1} k", x / 1e3)
+    } else {
+        format!("{x:.0}")
+    }
+}
+
+fn fmt_bytes(b: Option<f64>) -> String {
+    b.map_or_else(|| "–".into(), |b| format!("{b:.0}"))
+}
+
+/// The one-screen summary printed at the end.
+pub fn summary_table(records: &[Record]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<15} {:<30} {:>3} {:>8} {:>10} {:>6} {:>6} {:>7} {:>7} {:>8} {:>7} {:>6}",
+        "impl",
+        "scenario",
+        "thr",
+        "ns/dec",
+        "dec/s",
+        "p50",
+        "p99",
+        "p99.9",
+        "p99.99",
+        "max",
+        "allow%",
+        "B/key"
+    );
+    for r in records {
+        let _ = writeln!(
+            out,
+            "{:<15} {:<30} {:>2}{} {:>8.2} {:>10} {:>6} {:>6} {:>7} {:>7} {:>8} {:>7.2} {:>6}",
+            r.imp,
+            r.scenario,
+            r.threads,
+            if r.oversubscribed { "!" } else { " " },
+            r.ns_per_decision,
+            fmt_rate(r.decisions_per_sec),
+            r.p50_ns,
+            r.p99_ns,
+            r.p999_ns,
+            r.p9999_ns,
+            r.max_ns,
+            r.allowed_fraction * 100.0,
+            fmt_bytes(r.bytes_per_key),
+        );
+    }
+    if records.iter().any(|r| r.oversubscribed) {
+        out.push_str("! = more threads than cores (oversubscribed, not pinned)\n");
+    }
+    out
+}
+
+/// The Markdown report.
+pub fn markdown(header: &Header, records: &[Record], plots: &[&str]) -> String {
+    let mut md = String::new();
+    let m = &header.machine;
+    let _ = writeln!(md, "# Tollgate load generator report\n");
+    let _ = writeln!(md, "- command: `{}`", header.command);
+    let _ = writeln!(
+        md,
+        "- commit: `{}`{} · date: {} · CPU: {} · cores: {}",
+        m.git_commit,
+        if m.git_dirty { " (dirty tree)" } else { "" },
+        m.date_utc,
+        m.cpu_model,
+        m.cores
+    );
+    let _ = writeln!(
+        md,
+        "- per run: {:.1} s measured after {:.1} s warm-up; batches of {} decisions; timer {} with {} ns \
+         pair overhead subtracted from latency samples",
+        header.duration_s,
+        header.warmup_s,
+        header.batch,
+        if header.timer_is_tsc {
+            "TSC"
+        } else {
+            "OS clock"
+        },
+        header.timer_overhead_ns
+    );
+    let _ = writeln!(
+        md,
+        "- load average before / after: {} / {}\n",
+        header.loadavg_before, header.loadavg_after
+    );
+    md.push_str(
+        "`ns/dec` is the mean time one thread spends per decision, timed over batches; `dec/s` is all \
+         threads together; percentiles are single-decision latencies sampled once per batch (open loop: \
+         every decision, coordinated-omission corrected). Peers read the same clock as Tollgate. \
+         `allow%` is the admitted fraction: window algorithms cap their per-second limit (sliding \
+         window 16 383/s, sliding log 2^20/s here), so in `allow` mode on one key they mostly deny.\n\n",
+    );
+    let mut scenarios: Vec<&str> = Vec::new();
+    for r in records {
+        if !scenarios.contains(&r.scenario.as_str()) {
+            scenarios.push(&r.scenario);
+        }
+    }
+    for scenario in scenarios {
+        let _ = writeln!(md, "## {scenario}\n");
+        let _ = writeln!(
+            md,
+            "| impl | algorithm | threads | ns/dec | dec/s | p50 | p99 | p99.9 | p99.99 | max | allowed | bytes/key | quota |"
+        );
+        let _ = writeln!(
+            md,
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+        );
+        for r in records.iter().filter(|r| r.scenario == scenario) {
+            let _ = writeln!(
+                md,
+                "| {}{} | {} | {}{} | {:.2} | {} | {} | {} | {} | {} | {} | {:.2} % | {} | {} |",
+                if r.family == "tollgate" { "**" } else { "" },
+                r.imp.clone() + if r.family == "tollgate" { "**" } else { "" },
+                r.algorithm,
+                r.threads,
+                if r.oversubscribed {
+                    " (oversubscribed)"
+                } else {
+                    ""
+                },
+                r.ns_per_decision,
+                fmt_rate(r.decisions_per_sec),
+                r.p50_ns,
+                r.p99_ns,
+                r.p999_ns,
+                r.p9999_ns,
+                r.max_ns,
+                r.allowed_fraction * 100.0,
+                fmt_bytes(r.bytes_per_key),
+                r.quota,
+            );
+        }
+        md.push('\n');
+    }
+    if !plots.is_empty() {
+        md.push_str("## Plots\n\n");
+        for p in plots {
+            let _ = writeln!(md, "![{p}]({p})\n");
+        }
+    }
+    md
+}
+
+/// The records plotted as "the" headline: closed loop, `quota_mode`, one key (or the first
+/// distribution present), `threads` threads.
+fn headline<'a>(records: &'a [Record], quota_mode: &str, threads: usize) -> Vec<&'a Record> {
+    records
+        .iter()
+        .filter(|r| {
+            r.loop_mode == "closed"
+                && r.quota_mode == quota_mode
+                && r.threads == threads
+                && (r.key_dist == "single"
+                    || !records
+                        .iter()
+                        .any(|o| o.imp == r.imp && o.key_dist == "single"))
+        })
+        .fold(Vec::new(), |mut acc: Vec<&Record>, r| {
+            if !acc.iter().any(|a| a.imp == r.imp) {
+                acc.push(r);
+            }
+            acc
+        })
+}
+
+type PlotResult = Result<(), Box<dyn std::error::Error>>;
+
+const PALETTE: [RGBColor; 12] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
+    RGBColor(0, 0, 0),
+    RGBColor(255, 187, 120),
+];
+
+/// Horizontal bars: ns/decision per implementation (closed loop, 1 thread, allow and deny).
+pub fn plot_ns_per_decision(records: &[Record], path: &Path) -> PlotResult {
+    let allow = headline(records, "allow", 1);
+    let deny = headline(records, "deny", 1);
+    let rows: Vec<(String, f64, Option<f64>)> = allow
+        .iter()
+        .map(|r| {
+            let d = deny
+                .iter()
+                .find(|d| d.imp == r.imp)
+                .map(|d| d.ns_per_decision);
+            (format!("{} [{}]", r.imp, r.key_dist), r.ns_per_decision, d)
+        })
+        .collect();
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let max = rows
+        .iter()
+        .map(|(_, a, d)| a.max(d.unwrap_or(0.0)))
+        .fold(1.0, f64::max);
+    let n = rows.len();
+    let root = SVGBackend::new(path, (900, 80 + 34 * n as u32)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption("ns per decision, 1 thread, closed loop", ("sans-serif", 20))
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(230)
+        .build_cartesian_2d(0.0..max * 1.1, 0.0..n as f64)?;
+    chart
+        .configure_mesh()
+        .disable_y_mesh()
+        .y_labels(n * 2 + 1)
+        .y_label_formatter(&|y| {
+            let i = (n as f64 - y - 0.5).round();
+            if (y - y.floor() - 0.5).abs() < 0.01 && i >= 0.0 && (i as usize) < n {
+                rows[i as usize].0.clone()
+            } else {
+                String::new()
+            }
+        })
+        .x_desc("ns / decision (lower is better)")
+        .draw()?;
+    for (i, (_, a, d)) in rows.iter().enumerate() {
+        let top = n as f64 - i as f64;
+        chart.draw_series(std::iter::once(Rectangle::new(
+            [(0.0, top - 0.15), (*a, top - 0.5)],
+            PALETTE[0].filled(),
+        )))?;
+        if let Some(d) = d {
+            chart.draw_series(std::iter::once(Rectangle::new(
+                [(0.0, top - 0.5), (*d, top - 0.85)],
+                PALETTE[1].filled(),
+            )))?;
+        }
+    }
+    chart
+        .draw_series(std::iter::once(Rectangle::new(
+            [(0.0, 0.0), (0.0, 0.0)],
+            PALETTE[0].filled(),
+        )))?
+        .label("allow mode")
+        .legend(|(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], PALETTE[0].filled()));
+    chart
+        .draw_series(std::iter::once(Rectangle::new(
+            [(0.0, 0.0), (0.0, 0.0)],
+            PALETTE[1].filled(),
+        )))?
+        .label("deny mode")
+        .legend(|(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], PALETTE[1].filled()));
+    chart
+        .configure_series_labels()
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.8))
+        .position(SeriesLabelPosition::LowerRight)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
+
+/// Latency percentile curves (x: number of nines), closed loop, allow mode, 1 thread.
+pub fn plot_percentiles(records: &[Record], path: &Path) -> PlotResult {
+    let rows = headline(records, "allow", 1);
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let nines = |q: f64| if q >= 1.0 { 5.0 } else { -(1.0 - q).log10() };
+    let max = rows.iter().map(|r| r.max_ns).max().unwrap_or(1).max(10) as f64;
+    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            "single-decision latency by percentile, 1 thread, closed loop, allow mode",
+            ("sans-serif", 18),
+        )
+        .margin(10)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.25f64..5.1f64, (1f64..max * 2.0).log_scale())?;
+    chart
+        .configure_mesh()
+        .x_labels(6)
+        .x_label_formatter(&|x| match x.round() as i64 {
+            0 => "p0".into(),
+            1 => "p90".into(),
+            2 => "p99".into(),
+            3 => "p99.9".into(),
+            4 => "p99.99".into(),
+            5 => "max".into(),
+            _ => String::new(),
+        })
+        .x_desc("percentile")
+        .y_desc("ns (log)")
+        .draw()?;
+    for (i, r) in rows.iter().enumerate() {
+        let color = PALETTE[i % PALETTE.len()];
+        chart
+            .draw_series(LineSeries::new(
+                r.percentiles
+                    .iter()
+                    .map(|&(q, v)| (nines(q), v.max(1) as f64)),
+                color.stroke_width(2),
+            ))?
+            .label(r.imp.clone())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 15, y)], color.stroke_width(2))
+            });
+    }
+    chart
+        .configure_series_labels()
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.8))
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
+
+/// Throughput against thread count, closed loop, one line per (implementation, scenario).
+pub fn plot_throughput(records: &[Record], path: &Path) -> PlotResult {
+    let mut lines: Vec<(String, Vec<(usize, f64)>)> = Vec::new();
+    for r in records.iter().filter(|r| r.loop_mode == "closed") {
+        let name = format!("{} {}/{}", r.imp, r.quota_mode, r.key_dist);
+        let point = (r.threads, r.decisions_per_sec / 1e6);
+        match lines.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, pts)) => pts.push(point),
+            None => lines.push((name, vec![point])),
+        }
+    }
+    lines.retain(|(_, pts)| pts.len() > 1);
+    // Keep the plot legible: the allow-mode lines.
+    lines.retain(|(n, _)| n.contains(" allow/"));
+    if lines.is_empty() {
+        return Ok(());
+    }
+    let max_threads = lines
+        .iter()
+        .flat_map(|(_, p)| p.iter().map(|x| x.0))
+        .max()
+        .unwrap_or(1);
+    let max_y = lines
+        .iter()
+        .flat_map(|(_, p)| p.iter().map(|x| x.1))
+        .fold(1.0, f64::max);
+    let root = SVGBackend::new(path, (900, 600)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            "throughput vs threads, closed loop, allow mode",
+            ("sans-serif", 20),
+        )
+        .margin(10)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.8f64..max_threads as f64 + 0.2, 0f64..max_y * 1.15)?;
+    chart
+        .configure_mesh()
+        .x_labels(max_threads + 1)
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .x_desc("threads")
+        .y_desc("million decisions / s (all threads)")
+        .draw()?;
+    for (i, (name, pts)) in lines.iter().enumerate() {
+        let color = PALETTE[i % PALETTE.len()];
+        let mut pts = pts.clone();
+        pts.sort_by_key(|p| p.0);
+        chart
+            .draw_series(LineSeries::new(
+                pts.iter().map(|&(t, y)| (t as f64, y)),
+                color.stroke_width(2),
+            ))?
+            .label(name.clone())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 15, y)], color.stroke_width(2))
+            });
+        chart.draw_series(
+            pts.iter()
+                .map(|&(t, y)| Circle::new((t as f64, y), 3, color.filled())),
+        )?;
+    }
+    chart
+        .configure_series_labels()
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.8))
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
