@@ -28,7 +28,11 @@
 //! second of run — and their floor is the timer's resolution: values of a few ns are "about one
 //! clock read", not exact. Samples go into a per-thread `hdrhistogram` (1 ns – 100 s, 3 significant
 //! digits), merged after the run. Without an invariant TSC quanta falls back to the OS clock; the
-//! header says which was used.
+//! header says which was used. On a virtual machine the TSC may tick coarsely (the committed run's
+//! samples come in steps of 10 ns), which quantises the percentiles, not the batch means.
+//!
+//! **The floor.** The `clock_only` row reads the clock and decides nothing: every other row's
+//! ns/decision includes that one clock read, so the difference is the limiter's own cost.
 //!
 //! **Open loop.** With `--loop open` (or one run per implementation under the default `both`) every
 //! thread issues decisions on a fixed schedule (`rate / threads` per second each), times each one,

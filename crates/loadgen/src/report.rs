@@ -196,7 +196,8 @@ pub fn markdown(header: &Header, records: &[Record], plots: &[&str]) -> String {
     md.push_str(
         "`ns/dec` is the mean time one thread spends per decision, timed over batches; `dec/s` is all \
          threads together; percentiles are single-decision latencies sampled once per batch (open loop: \
-         every decision, coordinated-omission corrected). Peers read the same clock as Tollgate. \
+         every decision, coordinated-omission corrected). Peers read the same clock as Tollgate; \
+         `clock_only` is the floor (one clock read, no limiter). \
          `allow%` is the admitted fraction: window algorithms cap their per-second limit (sliding \
          window 16 383/s, sliding log 2^20/s here), so in `allow` mode on one key they mostly deny.\n\n",
     );
@@ -403,6 +404,7 @@ pub fn plot_percentiles(records: &[Record], path: &Path) -> PlotResult {
             5 => "max".into(),
             _ => String::new(),
         })
+        .y_label_formatter(&|y| format!("{y:.0}"))
         .x_desc("percentile")
         .y_desc("ns (log)")
         .draw()?;
@@ -470,8 +472,15 @@ pub fn plot_throughput(records: &[Record], path: &Path) -> PlotResult {
     chart
         .configure_mesh()
         .x_labels(max_threads + 1)
-        .x_label_formatter(&|x| format!("{x:.0}"))
+        .x_label_formatter(&|x| {
+            if (x - x.round()).abs() < 0.05 {
+                format!("{x:.0}")
+            } else {
+                String::new()
+            }
+        })
         .x_desc("threads")
+        .y_label_formatter(&|y| format!("{y:.0}"))
         .y_desc("million decisions / s (all threads)")
         .draw()?;
     for (i, (name, pts)) in lines.iter().enumerate() {

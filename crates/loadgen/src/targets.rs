@@ -16,7 +16,7 @@ use std::time::Duration;
 use tollgate_core::algorithm::Algorithm;
 use tollgate_core::{
     AtomicLimiter, Clock, CoarseClock, FixedWindow, Gcra, LeakyBucket, Limiter, MonotonicClock,
-    Quota, SlidingLog, SlidingWindow,
+    Nanos, Quota, SlidingLog, SlidingWindow,
 };
 use tollgate_sharded::KeyedLimiter;
 use tollgate_striped::StripedLimiter;
@@ -35,7 +35,7 @@ pub enum Family {
     Tollgate,
     /// Another crate users would otherwise pick.
     Peer,
-    /// A hand-written reference point (a mutex around the same GCRA).
+    /// A hand-written reference point (a mutex around the same GCRA; the bare clock read).
     Baseline,
 }
 
@@ -66,11 +66,13 @@ pub enum Impl {
     KeyedGcra,
     /// `tollgate_sharded::KeyedLimiter<u64, SlidingWindow>`.
     KeyedSlidingWindow,
+    /// No limiter: one clock read per decision, the floor every row pays.
+    ClockOnly,
 }
 
 impl Impl {
     /// Every implementation, Tollgate first.
-    pub const ALL: [Impl; 12] = [
+    pub const ALL: [Impl; 13] = [
         Impl::Gcra,
         Impl::LeakyBucket,
         Impl::FixedWindow,
@@ -83,6 +85,7 @@ impl Impl {
         Impl::GovernorKeyed,
         Impl::Ratelimit,
         Impl::MutexGcra,
+        Impl::ClockOnly,
     ];
 
     /// The name used on the command line and in reports.
@@ -100,6 +103,7 @@ impl Impl {
             Impl::Striped => "striped",
             Impl::KeyedGcra => "keyed_gcra",
             Impl::KeyedSlidingWindow => "keyed_sliding_window",
+            Impl::ClockOnly => "clock_only",
         }
     }
 
@@ -117,6 +121,7 @@ impl Impl {
             Impl::SlidingWindow | Impl::KeyedSlidingWindow => "sliding_window",
             Impl::SlidingLog => "sliding_log",
             Impl::Ratelimit => "token_bucket",
+            Impl::ClockOnly => "none",
         }
     }
 
@@ -124,7 +129,7 @@ impl Impl {
     pub fn family(self) -> Family {
         match self {
             Impl::Governor | Impl::GovernorKeyed | Impl::Ratelimit => Family::Peer,
-            Impl::MutexGcra => Family::Baseline,
+            Impl::MutexGcra | Impl::ClockOnly => Family::Baseline,
             _ => Family::Tollgate,
         }
     }
@@ -318,6 +323,17 @@ type GovKeyed<C> = governor::RateLimiter<
     governor::middleware::NoOpMiddleware<governor::nanos::Nanos>,
 >;
 
+/// Reads the clock and decides nothing: the cost floor of a decision that reads the time.
+pub struct ClockOnly<C>(C);
+
+impl<C: Clock> Target for ClockOnly<C> {
+    #[inline]
+    fn decide(&self, _key: u64) -> bool {
+        // Admit unless the clock reads its impossible maximum, so the read cannot be optimised out.
+        std::hint::black_box(self.0.now()) != Nanos::MAX
+    }
+}
+
 /// A Tollgate keyed limiter.
 pub struct Keyed<A, C>(KeyedLimiter<u64, A, C>);
 
@@ -440,6 +456,12 @@ fn with_clock<C: Clock + Clone + 'static, V: Visit>(
 ) -> Result<V::Out, BuildError> {
     match imp {
         Impl::KeyedGcra => keyed_limiter::<Gcra, C, V>(mode, keys, clock, v),
+        Impl::ClockOnly => {
+            let info = TargetInfo {
+                quota: "none".into(),
+            };
+            Ok(v.visit(&ClockOnly(clock), &info))
+        }
         Impl::KeyedSlidingWindow => keyed_limiter::<SlidingWindow, C, V>(mode, keys, clock, v),
         Impl::Striped => {
             let quota = quota_for::<Gcra>(mode)?;
@@ -561,7 +583,11 @@ mod tests {
         for imp in Impl::ALL {
             let allowed = build(imp, QuotaMode::Deny, ClockKind::Tsc, 100, Count(100)).unwrap();
             // Keyed targets get a fresh key per request, so each key's first request passes.
-            let expected = if imp.keyed() { 100 } else { 1 };
+            let expected = if imp.keyed() || imp == Impl::ClockOnly {
+                100
+            } else {
+                1
+            };
             assert_eq!(allowed, expected, "{imp}");
         }
     }
