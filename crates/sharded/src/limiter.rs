@@ -249,9 +249,7 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         {
             return Err(too_large);
         }
-        let slots: Box<[AtomicPair]> = (0..total)
-            .map(|_| AtomicPair::new(SlotWord::EMPTY.pack()))
-            .collect();
+        let slots = AtomicPair::zeroed_slice(total);
         let stripe_list: Box<[CachePadded<Stripe>]> = (0..stripes)
             .map(|_| {
                 CachePadded::new(Stripe {
@@ -380,7 +378,7 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     {
         let place = self.place(self.hasher.hash_one(key));
         loop {
-            match self.scan(place, now) {
+            match self.scan(place, None) {
                 Scan::Found(index, found) => {
                     if let Some(result) = self.apply(index, found, now, cost) {
                         return result;
@@ -414,7 +412,7 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         Q: Hash + ?Sized,
     {
         let place = self.place(self.hasher.hash_one(key));
-        match self.scan(place, now) {
+        match self.scan(place, Some(now)) {
             Scan::Found(_, found) => self
                 .algorithm_for(found.tier())
                 .decide(found.state, now, cost)
@@ -493,7 +491,7 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         Q: Hash + ?Sized,
     {
         let place = self.place(self.hasher.hash_one(key));
-        match self.scan(place, 0) {
+        match self.scan(place, None) {
             Scan::Found(_, found) => self.algorithm_for(found.tier()).quota(),
             Scan::Missing { .. } => self.algorithm.quota(),
         }
@@ -563,8 +561,9 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
 
     /// Lock-free scan: stops at the key or at the first empty slot (slots are claimed in probe order and
     /// never emptied, so a key is never stored past an empty slot).
+    /// `room` is only worked out when `room_at` is given (peeks); the decision path does not need it.
     #[inline]
-    fn scan(&self, place: Place, now: Nanos) -> Scan {
+    fn scan(&self, place: Place, room_at: Option<Nanos>) -> Scan {
         let mut room = false;
         for index in self.window_indices(place) {
             let word = self.load(index);
@@ -574,7 +573,9 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
             if word.hash_part() == place.hash_part {
                 return Scan::Found(index, word);
             }
-            room = room || (word.tier() == 0 && self.algorithm.is_fresh(word.state, now));
+            if let Some(now) = room_at {
+                room = room || (word.tier() == 0 && self.algorithm.is_fresh(word.state, now));
+            }
         }
         Scan::Missing { room }
     }

@@ -89,7 +89,8 @@ const LIVE_EVERY: u64 = 10;
 const LIVE_BASE: u64 = 1 << 40;
 
 #[test]
-fn ten_million_keys_through_a_one_million_key_table_keep_memory_and_live_limits() -> Result<(), Box<dyn std::error::Error>> {
+fn ten_million_keys_through_a_one_million_key_table_keep_memory_and_live_limits()
+-> Result<(), Box<dyn std::error::Error>> {
     // 10 per second, burst 10: a flood key admitted once is fresh again 100 ms later.
     let quota = Quota::per_second(10)?;
     let clock = ManualClock::new();
@@ -121,7 +122,11 @@ fn ten_million_keys_through_a_one_million_key_table_keep_memory_and_live_limits(
     let heap_before_flood = LIVE_BYTES.load(Ordering::Relaxed);
     COUNTING.with(|c| c.set(true));
     for i in 0..FLOOD_KEYS {
-        now += if i < CALM_KEYS { CALM_STEP_NS } else { STORM_STEP_NS };
+        now += if i < CALM_KEYS {
+            CALM_STEP_NS
+        } else {
+            STORM_STEP_NS
+        };
         clock.set(now);
         // Spread flood keys over the key space (any distinct u64s would do: keys are hashed).
         let flood_key = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 24;
@@ -142,10 +147,17 @@ fn ten_million_keys_through_a_one_million_key_table_keep_memory_and_live_limits(
     }
     COUNTING.with(|c| c.set(false));
 
-    assert_eq!(COUNTED_ALLOCATIONS.load(Ordering::Relaxed), 0, "the flood allocated");
+    assert_eq!(
+        COUNTED_ALLOCATIONS.load(Ordering::Relaxed),
+        0,
+        "the flood allocated"
+    );
     assert_eq!(LIVE_BYTES.load(Ordering::Relaxed), heap_before_flood);
     assert!(limiter.len() <= limiter.slots());
-    assert!(limiter.overflow_decisions() > 0, "the storm phase must overflow");
+    assert!(
+        limiter.overflow_decisions() > 0,
+        "the storm phase must overflow"
+    );
     // Live keys were admitted at their rate, not reset: ~10 per simulated second each (plus burst).
     let seconds = now / 1_000_000_000 + 1;
     assert!(live_admitted <= LIVE_KEYS * (10 + 10 * seconds));
