@@ -325,8 +325,69 @@ pub struct AccuracyRow {
     pub max_window_x_limit: f64,
     /// Most admissions in any trailing tenth of a period.
     pub max_burst_tenth: u64,
+    /// Admissions that broke the algorithm's *own* documented bound (should be 0): GCRA family:
+    /// conformance to `burst + rate × elapsed`; fixed and sliding window: `limit` per aligned window;
+    /// sliding log: `limit` per trailing window.
+    pub own_bound_violations: u64,
     /// State bytes per limiter or key.
     pub memory_bytes_per_key: usize,
+}
+
+/// The bound an algorithm documents, checked over its admitted stream.
+#[derive(Clone, Copy, Debug)]
+enum Bound {
+    /// GCRA conformance with emission interval `t` and depth `burst × t`.
+    Gcra { interval: Nanos, depth: Nanos },
+    /// At most `limit` per aligned window of `period`.
+    Aligned,
+    /// At most `limit` per trailing window.
+    Trailing,
+}
+
+impl Bound {
+    fn of(name: &str, quota: &Quota) -> Bound {
+        match name {
+            "fixed_window" | "sliding_window" => Bound::Aligned,
+            "sliding_log" => Bound::Trailing,
+            _ => Bound::Gcra {
+                interval: quota.emission_interval_nanos(),
+                depth: quota.burst_nanos(),
+            },
+        }
+    }
+}
+
+/// Per-source state of the own-bound check.
+#[derive(Clone, Copy, Default)]
+struct BoundState {
+    /// GCRA: theoretical arrival time. Aligned: window index.
+    a: u64,
+    /// Aligned: admissions in window `a`.
+    b: u64,
+}
+
+impl BoundState {
+    /// Records an admission at `t` (with `in_window` earlier admissions in the trailing window) and
+    /// says whether it broke `bound`.
+    fn admit(&mut self, bound: Bound, t: Nanos, in_window: u64, limit: u64, period: Nanos) -> bool {
+        match bound {
+            Bound::Gcra { interval, depth } => {
+                // Exact GCRA fed only the admitted stream: each admission must conform.
+                let tat = self.a.max(t) + interval;
+                self.a = tat;
+                tat > t + depth
+            }
+            Bound::Aligned => {
+                let w = t / period;
+                if w != self.a {
+                    (self.a, self.b) = (w, 0);
+                }
+                self.b += 1;
+                self.b > limit
+            }
+            Bound::Trailing => in_window + 1 > limit,
+        }
+    }
 }
 
 /// The algorithms replayed: (name, family, state bytes per key).
@@ -454,6 +515,9 @@ pub fn measure(
     let mut short: Vec<Window> = (0..n).map(|_| Window::default()).collect();
     let (mut admitted, mut over, mut false_denials) = (0u64, 0u64, 0u64);
     let (mut max_window, mut max_burst) = (0u64, 0u64);
+    let bound = Bound::of(name, &quota);
+    let mut bound_state = vec![BoundState::default(); n];
+    let mut violations = 0u64;
     for r in &trace.requests {
         let s = r.source as usize;
         let in_window = long[s].count(r.t, period);
@@ -466,6 +530,8 @@ pub fn measure(
             short[s].stamps.push_back(r.t);
             max_window = max_window.max(in_window + 1);
             max_burst = max_burst.max(in_tenth + 1);
+            let broken = bound_state[s].admit(bound, r.t, in_window, cfg.limit, period);
+            violations += u64::from(broken);
         } else {
             false_denials += u64::from(exact_room);
         }
@@ -491,6 +557,7 @@ pub fn measure(
         wrong_pct: pct(over + false_denials, requests),
         max_window_x_limit: max_window as f64 / cfg.limit as f64,
         max_burst_tenth: max_burst,
+        own_bound_violations: violations,
         memory_bytes_per_key: memory,
     })
 }
@@ -562,9 +629,9 @@ pub fn markdown(
     );
     md.push_str("## The comparison table, measured\n\n");
     md.push_str(
-        "| algorithm | memory / key | accuracy: over-admitted (steady · zipf) | accuracy: false denials (steady · zipf) | burst: max in any window, boundary attack | burst: max in 1/10 window, on/off | ns/decision allow · deny (1 thread) |\n",
+        "| algorithm | memory / key | accuracy: over-admitted (steady · zipf) | accuracy: false denials (steady · zipf) | own bound broken (all traces) | burst: max in any window, boundary attack | burst: max in 1/10 window, on/off | ns/decision allow · deny (1 thread) |\n",
     );
-    md.push_str("|---|---:|---|---|---:|---:|---:|\n");
+    md.push_str("|---|---:|---|---|---:|---:|---:|---:|\n");
     for (name, family, memory) in algorithms(cfg) {
         let get = |t: &str| find(rows, name, t);
         let over =
@@ -579,9 +646,14 @@ pub fn markdown(
             format!("{} · {}", f(a), f(d))
         });
         let bold = if family == "tollgate" { "**" } else { "" };
+        let broken: u64 = rows
+            .iter()
+            .filter(|r| r.algorithm == name)
+            .map(|r| r.own_bound_violations)
+            .sum();
         let _ = writeln!(
             md,
-            "| {bold}{name}{bold}{} | {memory} B | {} · {} | {} · {} | {attack} | {burst} | {ns} |",
+            "| {bold}{name}{bold}{} | {memory} B | {} · {} | {} · {} | {broken} | {attack} | {burst} | {ns} |",
             if family == "peer" { " (peer)" } else { "" },
             over("steady_poisson"),
             over("zipf_sources"),
@@ -590,7 +662,16 @@ pub fn markdown(
         );
     }
     md.push_str(
-        "\nMemory is the state per limiter or key as stored in a keyed table (a single `AtomicLimiter` \
+        "\nHow to read it. *Over-admitted* judges every algorithm by one yardstick, the exact limit per \
+         trailing window; algorithms whose contract is different exceed it by design. The GCRA family \
+         (gcra, leaky_bucket, striped, keyed_gcra, governor, ratelimit) promises `burst + rate × \
+         elapsed`, so with burst = limit a trailing window may hold up to twice the limit (a full bucket \
+         plus a window of refill); the fixed window promises `limit` per aligned window, so across a \
+         boundary it admits twice the limit; the sliding window estimates the trailing count from two \
+         aligned counts, so it errs both ways. *Own bound broken* checks each algorithm against its \
+         own documented bound instead (0 means the contract held on every trace). To enforce 'at most \
+         N in any trailing window' exactly, use the sliding log; for a smooth rate with a bounded burst, \
+         GCRA with a burst below the limit.\n\nMemory is the state per limiter or key as stored in a keyed table (a single `AtomicLimiter` \
          pads its word to a cache line); the sliding log keeps 8 B per unit of limit. ns/decision comes \
          from the throughput suite's JSON when given (`--throughput`).\n\n## Per trace\n\n",
     );
@@ -602,12 +683,12 @@ pub fn markdown(
             trace.requests.len(),
             trace.description
         );
-        md.push_str("| algorithm | admitted | over-admitted | false denials | wrong decisions | max in any window | max in 1/10 window |\n");
-        md.push_str("|---|---:|---:|---:|---:|---:|---:|\n");
+        md.push_str("| algorithm | admitted | over-admitted | false denials | wrong decisions | own bound broken | max in any window | max in 1/10 window |\n");
+        md.push_str("|---|---:|---:|---:|---:|---:|---:|---:|\n");
         for r in rows.iter().filter(|r| r.trace == trace.name) {
             let _ = writeln!(
                 md,
-                "| {} | {} | {} ({:.3} %) | {} ({:.3} %) | {:.3} % | {:.2} × | {} |",
+                "| {} | {} | {} ({:.3} %) | {} ({:.3} %) | {:.3} % | {} | {:.2} × | {} |",
                 r.algorithm,
                 r.admitted,
                 r.over_admitted,
@@ -615,6 +696,7 @@ pub fn markdown(
                 r.false_denials,
                 r.false_denials_pct,
                 r.wrong_pct,
+                r.own_bound_violations,
                 r.max_window_x_limit,
                 r.max_burst_tenth
             );
@@ -661,6 +743,38 @@ mod tests {
             assert_eq!((r.over_admitted, r.false_denials), (0, 0), "{}", r.trace);
             assert!(r.max_window_x_limit <= 1.0);
         }
+    }
+
+    #[test]
+    fn every_tollgate_algorithm_keeps_its_own_bound_on_every_trace() {
+        let (_, rows) = run_all(&small());
+        for r in rows.iter().filter(|r| r.family == "tollgate") {
+            assert_eq!(r.own_bound_violations, 0, "{} on {}", r.algorithm, r.trace);
+        }
+    }
+
+    #[test]
+    fn the_own_bound_check_catches_breaches() {
+        let sec = 1_000_000_000;
+        let quota = Quota::per_second(1).unwrap();
+        // GCRA bound, 1 per second, burst 1: 0.9 s then 1.0 s breaks it, 1.9 s does not.
+        let gcra = Bound::of("gcra", &quota);
+        let mut b = BoundState::default();
+        assert!(!b.admit(gcra, 9 * sec / 10, 0, 1, sec));
+        assert!(b.admit(gcra, sec, 1, 1, sec));
+        let mut b = BoundState::default();
+        assert!(!b.admit(gcra, 9 * sec / 10, 0, 1, sec));
+        assert!(!b.admit(gcra, 19 * sec / 10, 0, 1, sec));
+        // Aligned windows: the same 0.9 s / 1.0 s pair is fine, two in one window are not.
+        let aligned = Bound::of("fixed_window", &quota);
+        let mut b = BoundState::default();
+        assert!(!b.admit(aligned, 9 * sec / 10, 0, 1, sec));
+        assert!(!b.admit(aligned, sec, 1, 1, sec));
+        assert!(b.admit(aligned, sec + 1, 1, 1, sec));
+        // Trailing: judged by the exact count.
+        let trailing = Bound::of("sliding_log", &quota);
+        assert!(BoundState::default().admit(trailing, sec, 1, 1, sec));
+        assert!(!BoundState::default().admit(trailing, sec, 0, 1, sec));
     }
 
     #[test]
