@@ -63,7 +63,7 @@
 //! stripe uses a lease in well under that time at the rates you care about, and `g × stripes` is a
 //! small fraction of the burst: e.g. for 10⁹/s and a burst of 10⁹, 4 096–65 536 units; for 1 000/s
 //! with a burst of 100, a handful. The default adapts: it starts at one unit, doubles while a stripe
-//! refills within 20 µs of its last lease, halves when a lease expires unused, and stays
+//! refills within 20 µs of its last lease, halves when an older lease expires unused, and stays
 //! `≤ burst / (4 × stripes)` (and `≤ 65 536`). [`LeaseSize::Fixed`] pins it.
 //!
 //! # Ordering

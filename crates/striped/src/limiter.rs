@@ -9,7 +9,7 @@ use tollgate_core::{
     QuotaError,
 };
 
-use crate::grant::{Grant, alive_units, available, grant};
+use crate::grant::{Grant, Interval, alive_units, available, grant};
 use crate::lease::LeaseWord;
 use crate::sync::{AtomicU64, Ordering, thread_ordinal};
 
@@ -23,9 +23,9 @@ const REFILL_TARGET_NANOS: Nanos = 20_000;
 /// How big each stripe's lease is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LeaseSize {
-    /// Starts at 1 unit; doubles while the stripe replaces its lease within 20 µs of taking it, halves
-    /// when a lease expires with none of its units used; never above `max` (nor the caps described on
-    /// [`StripedConfig`]).
+    /// Starts at 1 unit; doubles while the stripe replaces its lease within 20 µs of taking it (used
+    /// up, or expired before the next request), halves when an older lease expires with none of its
+    /// units used; never above `max` (nor the caps described on [`StripedConfig`]).
     Adaptive {
         /// The largest lease, in units.
         max: u64,
@@ -116,8 +116,11 @@ struct Stripe {
     taken_at: AtomicU64,
     /// Units the current lease held when installed.
     installed: AtomicU64,
-    /// The shared TAT seen when the current lease was taken (for the approximate `remaining`).
+    /// The shared TAT right after the current lease was taken (for the approximate `reset_after`).
     tat_seen: AtomicU64,
+    /// Units the shared state had free right after the current lease was taken (for the approximate
+    /// `remaining`).
+    free_seen: AtomicU64,
     /// Units that expired unused or could not be given back (diagnostics; monotone).
     wasted: AtomicU64,
 }
@@ -131,6 +134,7 @@ impl Stripe {
             taken_at: AtomicU64::new(0),
             installed: AtomicU64::new(0),
             tat_seen: AtomicU64::new(0),
+            free_seen: AtomicU64::new(0),
             wasted: AtomicU64::new(0),
         }
     }
@@ -159,7 +163,7 @@ impl Stripe {
 pub struct StripedLimiter<C = MonotonicClock> {
     shared: CachePadded<AtomicState>,
     gcra: Gcra,
-    interval: Nanos,
+    interval: Interval,
     depth: Nanos,
     stripes: Box<[CachePadded<Stripe>]>,
     mask: usize,
@@ -235,7 +239,7 @@ impl<C: Clock> StripedLimiter<C> {
             .collect();
         Ok(StripedLimiter {
             shared: CachePadded::new(AtomicState::new(0)),
-            interval: gcra.interval(),
+            interval: Interval::new(gcra.interval()),
             depth: gcra.depth(),
             gcra,
             stripes,
@@ -316,7 +320,13 @@ impl<C: Clock> StripedLimiter<C> {
                         Ok(_) => {
                             // Relaxed: an estimate for `remaining`, written by the lock holder.
                             let tat_seen = stripe.tat_seen.load(Ordering::Relaxed);
-                            return Ok(self.allowed(alive - cost, tat_seen.max(end), now));
+                            let free_seen = stripe.free_seen.load(Ordering::Relaxed);
+                            return Ok(Self::allowed(
+                                alive - cost,
+                                free_seen,
+                                tat_seen.max(end),
+                                now,
+                            ));
                         }
                         Err(actual) => word = LeaseWord::from_bits(actual),
                     }
@@ -362,7 +372,8 @@ impl<C: Clock> StripedLimiter<C> {
         };
         let tat = self.shared.load();
         if alive >= cost {
-            return Ok(self.allowed(alive - cost, tat.max(end), now));
+            let free = available(tat, now, self.interval, self.depth);
+            return Ok(Self::allowed(alive - cost, free, tat.max(end), now));
         }
         Ok(self.gcra.decide(tat, now, cost)?.decision)
     }
@@ -387,22 +398,28 @@ impl<C: Clock> StripedLimiter<C> {
         if self.min_lease < self.max_lease {
             let installed = stripe.installed.load(Ordering::Relaxed);
             let taken_at = stripe.taken_at.load(Ordering::Relaxed);
-            if dead > 0 && word.units() >= installed {
-                // The whole lease expired unused: shrink.
-                size = (size / 2).max(self.min_lease);
-            } else if now.saturating_sub(taken_at) < REFILL_TARGET_NANOS {
-                // Refilling often: grow.
+            if now.saturating_sub(taken_at) < REFILL_TARGET_NANOS {
+                // Refilling often (used up, or expired before the next request came): grow.
                 size = size.saturating_mul(2).min(self.max_lease);
+            } else if dead > 0 && word.units() >= installed {
+                // A lease that lived a while expired with none of its units used: shrink.
+                size = (size / 2).max(self.min_lease);
             }
         }
-        let give_back = (alive > 0).then(|| (end - alive * self.interval, end));
+        let give_back = (alive > 0).then(|| (end - alive * self.interval.nanos(), end));
         let want = size.max(cost);
-        let (outcome, tat) = self
+        let outcome = self
             .shared
             .update(self.shared.load(), |tat| {
-                let (outcome, next) =
-                    grant(tat, now, cost, want, give_back, self.interval, self.depth);
-                Ok::<_, std::convert::Infallible>(((outcome, tat), next))
+                Ok::<_, std::convert::Infallible>(grant(
+                    tat,
+                    now,
+                    cost,
+                    want,
+                    give_back,
+                    self.interval,
+                    self.depth,
+                ))
             })
             .map(|(result, _)| result)
             .unwrap_or_else(|never| match never {});
@@ -413,12 +430,15 @@ impl<C: Clock> StripedLimiter<C> {
                 returned,
             } => {
                 let lost = if returned { dead } else { dead + alive };
-                let new_end = base + units * self.interval;
+                let new_end = base + units * self.interval.nanos();
                 // Relaxed stores: published by the Release store of the word below.
                 stripe.size.store(size, Ordering::Relaxed);
                 stripe.taken_at.store(now, Ordering::Relaxed);
                 stripe.installed.store(units - cost, Ordering::Relaxed);
-                stripe.tat_seen.store(new_end.max(tat), Ordering::Relaxed);
+                // The shared TAT is now `new_end` (our grant's end), unless someone grants above it.
+                let free = available(new_end, now, self.interval, self.depth);
+                stripe.tat_seen.store(new_end, Ordering::Relaxed);
+                stripe.free_seen.store(free, Ordering::Relaxed);
                 let wasted = stripe.wasted.load(Ordering::Relaxed);
                 stripe.wasted.store(wasted + lost, Ordering::Relaxed);
                 // Release: a fast-path reader that Acquire-loads `end` and finds this value must
@@ -428,7 +448,7 @@ impl<C: Clock> StripedLimiter<C> {
                 stripe
                     .word
                     .store(word.next(units - cost).bits(), Ordering::Release);
-                self.allowed(units - cost, new_end.max(tat), now)
+                Self::allowed(units - cost, free, new_end, now)
             }
             Grant::Denied { tat } => {
                 let wasted = stripe.wasted.load(Ordering::Relaxed);
@@ -446,27 +466,34 @@ impl<C: Clock> StripedLimiter<C> {
     /// Decides `cost` on the shared state alone (no lease): for costs above the lease size and for
     /// stripes whose lease is being replaced.
     fn direct(&self, now: Nanos, cost: u64) -> Decision {
-        let (outcome, tat) = self
+        let outcome = self
             .shared
             .update(self.shared.load(), |tat| {
-                let (outcome, next) = grant(tat, now, cost, cost, None, self.interval, self.depth);
-                Ok::<_, std::convert::Infallible>(((outcome, tat), next))
+                Ok::<_, std::convert::Infallible>(grant(
+                    tat,
+                    now,
+                    cost,
+                    cost,
+                    None,
+                    self.interval,
+                    self.depth,
+                ))
             })
             .map(|(result, _)| result)
             .unwrap_or_else(|never| match never {});
         match outcome {
             Grant::Granted { base, units, .. } => {
-                self.allowed(0, (base + units * self.interval).max(tat), now)
+                let tat = base + units * self.interval.nanos();
+                Self::allowed(0, available(tat, now, self.interval, self.depth), tat, now)
             }
             Grant::Denied { tat } => self.denied(tat, now, cost),
         }
     }
 
-    /// An admission with `lease_left` units left in the stripe's lease and `tat` the latest shared TAT
-    /// the stripe knows of: `remaining` is the lease's units plus what the shared state had free then.
+    /// An admission with `lease_left` units left in the stripe's lease, `shared_free` units free in
+    /// the shared state when last looked at, and `tat` the latest shared TAT the stripe knows of.
     #[inline]
-    fn allowed(&self, lease_left: u64, tat: Nanos, now: Nanos) -> Decision {
-        let shared_free = available(tat, now, self.interval, self.depth);
+    fn allowed(lease_left: u64, shared_free: u64, tat: Nanos, now: Nanos) -> Decision {
         Decision::allowed(
             lease_left.saturating_add(shared_free),
             tat.saturating_sub(now),
@@ -479,7 +506,7 @@ impl<C: Clock> StripedLimiter<C> {
             Ok(transition) if !transition.decision.is_allowed() => transition.decision,
             // The shared state freed up between our attempt and this call's arithmetic (cannot
             // happen: same inputs); fail closed with the shortest honest wait.
-            _ => Decision::denied(self.interval, tat.saturating_sub(now)),
+            _ => Decision::denied(self.interval.nanos(), tat.saturating_sub(now)),
         }
     }
 
