@@ -19,16 +19,24 @@ pub struct LeaseConfig {
     pub size: u64,
     /// How long leased units may be spent; units unspent by then are dropped (stranded).
     pub ttl: Duration,
+    /// Fewest units worth a round trip: when the bucket holds fewer than
+    /// `max(cost, min_grant)`, the instance is told how long until it will, and denies locally until
+    /// then. `1` (the default) denies exactly as the bucket would; a larger value (up to `size`) cuts
+    /// Redis calls under contention to about one per `min_grant` admitted units, at the price of
+    /// answering a nearly empty bucket up to `min_grant` emission intervals late. It never changes
+    /// how much is admitted over time: units not yet granted stay in the bucket.
+    pub min_grant: u64,
     /// Keys tracked locally before idle ones are pruned.
     pub max_keys: usize,
 }
 
 impl Default for LeaseConfig {
-    /// 100 units per lease, spendable for 100 ms, 10 000 keys.
+    /// 100 units per lease, spendable for 100 ms, minimum grant 1, 10 000 keys.
     fn default() -> Self {
         LeaseConfig {
             size: 100,
             ttl: Duration::from_millis(100),
+            min_grant: 1,
             max_keys: 10_000,
         }
     }
@@ -185,6 +193,7 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
             config,
             lease: LeaseConfig {
                 size: lease.size.min(quota.burst()),
+                min_grant: lease.min_grant.clamp(1, lease.size.min(quota.burst())),
                 ..lease
             },
             clock,
@@ -201,7 +210,7 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
         &self.quota
     }
 
-    /// The lease sizing in effect (`size` clamped to the burst).
+    /// The lease sizing in effect (`size` clamped to the burst, `min_grant` to `1..=size`).
     pub fn lease_config(&self) -> LeaseConfig {
         self.lease
     }
@@ -212,8 +221,7 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
     /// # Errors
     /// Only [`CheckError::CostExceedsCapacity`].
     pub async fn check(&self, key: &str, cost: u64) -> Result<Decision, CheckError> {
-        let now = self.clock.now();
-        apply_policy(self.config.policy(), self.run(key, now, None, cost).await)
+        apply_policy(self.config.policy(), self.run(key, None, cost).await)
     }
 
     /// [`check`](Self::check) without the fault policy.
@@ -221,8 +229,7 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
     /// # Errors
     /// [`Error::Cost`], or a backend fault when a lease was needed and Redis failed.
     pub async fn try_check(&self, key: &str, cost: u64) -> Result<Decision, Error> {
-        let now = self.clock.now();
-        self.run(key, now, None, cost).await
+        self.run(key, None, cost).await
     }
 
     /// [`try_check`](Self::try_check) at a caller-supplied time, used both for the local lease expiry
@@ -231,7 +238,7 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
     /// # Errors
     /// As [`try_check`](Self::try_check).
     pub async fn try_check_at(&self, key: &str, now: Nanos, cost: u64) -> Result<Decision, Error> {
-        self.run(key, now, Some(now), cost).await
+        self.run(key, Some(now), cost).await
     }
 
     /// Totals over all keys tracked now (`held` counts live leases at the limiter's clock).
@@ -286,13 +293,10 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
         Arc::clone(table.entry(key.into()).or_default())
     }
 
-    async fn run(
-        &self,
-        key: &str,
-        now: Nanos,
-        script_now: Option<Nanos>,
-        cost: u64,
-    ) -> Result<Decision, Error> {
+    /// `at`: a caller-supplied time for both the local state and the script; `None`: the limiter's
+    /// clock locally and the configured time source in the script.
+    async fn run(&self, key: &str, at: Option<Nanos>, cost: u64) -> Result<Decision, Error> {
+        let now = at.unwrap_or_else(|| self.clock.now());
         let burst = self.quota.burst();
         if cost > burst {
             return Err(Error::Cost(CheckError::CostExceedsCapacity {
@@ -316,11 +320,14 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
             local.tokens
         };
         let need = cost - leftover; // leftover < cost here, so need >= 1
-        let time = scripts::time_arg(&self.config, script_now);
-        let min = need.to_string();
-        let max = self.lease.size.max(need).to_string();
+        let min = need.max(self.lease.min_grant);
+        let time = scripts::time_arg(&self.config, at);
+        let max = self.lease.size.max(min).to_string();
+        let min = min.to_string();
         let args = [&*time, &*min, &*max, &*self.interval_us, &*self.depth_us];
         let reply = scripts::invoke(&self.conn, &self.config, &LEASE, key, args).await?;
+        // Local expiries count from when the answer arrived, not from when we asked.
+        let now = at.unwrap_or_else(|| self.clock.now());
         let mut local = slot.local();
         local.reset_at = now.saturating_add(reply.reset);
         if reply.a == 0 {

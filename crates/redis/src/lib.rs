@@ -13,7 +13,8 @@
 //! the windows: a hash of window index and counts). Lua numbers are doubles, so the scripts keep every
 //! value an integer below 2^53 by working in **microseconds**: times are µs since the Unix epoch (the
 //! server's `TIME`), the emission interval and the window are the quota's rounded *up* to whole µs
-//! (never looser), and replies are four integers (`allowed`, `remaining`, `retry_after_us`,
+//! (never looser: a GCRA interval of `T` µs plus a fraction enforces a rate lower by less than
+//! `1 / T`, e.g. < 0.1 % at 1 000/s; GCRA above 1 000 000/s per key is refused), and replies are four integers (`allowed`, `remaining`, `retry_after_us`,
 //! `reset_after_us`; `-1` = never), converted to the core's [`Decision`]. For a quota whose
 //! interval (GCRA) or window is a whole number of µs and for µs-aligned times, decisions equal the
 //! core's exactly, except that the sliding window's `retry_after` is the core's rounded up to the next

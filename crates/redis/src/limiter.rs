@@ -59,7 +59,8 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisLimiter<C> {
     ///
     /// # Errors
     /// A [`QuotaError`] when the quota's figures in µs would not stay exact in Lua's doubles (below
-    /// 2^52: a GCRA depth over 142 years, or a window's `limit × window_us` over 2^52).
+    /// 2^52: a GCRA depth over 142 years, or a window's `limit × window_us` over 2^52), or
+    /// [`QuotaError::RateTooHigh`] for GCRA above one unit per µs per key.
     pub fn new(
         conn: C,
         algorithm: RedisAlgorithm,

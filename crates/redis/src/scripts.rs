@@ -34,8 +34,12 @@ pub(crate) fn ceil_us(ns: Nanos) -> u64 {
     ns.div_ceil(1000)
 }
 
-/// GCRA parameters in µs: `(interval_us, depth_us)`, the interval rounded up (never faster).
+/// GCRA parameters in µs: `(interval_us, depth_us)`, the interval rounded up (never faster). More
+/// than one unit per µs per key is [`QuotaError::RateTooHigh`] (rounding would cut the rate).
 pub(crate) fn gcra_params(quota: &Quota) -> Result<(u64, u64), QuotaError> {
+    if quota.emission_interval_nanos() < 1000 {
+        return Err(QuotaError::RateTooHigh);
+    }
     let interval = ceil_us(quota.emission_interval_nanos());
     let depth = quota
         .burst()

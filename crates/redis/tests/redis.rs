@@ -340,6 +340,7 @@ async fn lease_grants_match_core_gcra() {
         size: 7,
         ttl: Duration::from_nanos(1), // every call goes to Redis
         max_keys: 16,
+        min_grant: 1,
     };
     let limiter = LeasedLimiter::new(manager(&server, &cfg), quota, cfg, lease).unwrap();
     let mut tat = 0u64;
@@ -424,6 +425,7 @@ async fn instances_sharing_redis_never_exceed_the_quota() {
         size: 10,
         ttl: Duration::from_secs(1),
         max_keys: 16,
+        min_grant: 1,
     };
     let mut tasks = Vec::new();
     let mut instances = Vec::new();
@@ -564,6 +566,7 @@ async fn redis_down_applies_the_policy_then_recovers() {
             size: 5,
             ttl: Duration::from_secs(60),
             max_keys: 16,
+            min_grant: 1,
         },
     )
     .unwrap();
@@ -693,6 +696,7 @@ async fn lease_mode_serves_locally_and_caches_denials() {
             size: 4,
             ttl: Duration::from_secs(10),
             max_keys: 16,
+            min_grant: 1,
         },
         clock.clone(),
     )
@@ -716,4 +720,44 @@ async fn lease_mode_serves_locally_and_caches_denials() {
         leased.try_check_at("k", now, 11).await,
         Err(Error::Cost(_))
     ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn min_grant_waits_for_a_worthwhile_lease_without_losing_capacity() {
+    let server = RedisServer::start();
+    let cfg = config();
+    let quota = Quota::per_second(10).unwrap(); // burst 10, one unit per 100 ms
+    let leased = LeasedLimiter::new(
+        manager(&server, &cfg),
+        quota,
+        cfg,
+        LeaseConfig {
+            size: 4,
+            ttl: Duration::from_secs(10),
+            max_keys: 16,
+            min_grant: 4,
+        },
+    )
+    .unwrap();
+    let now: Nanos = EPOCH_US * 1000;
+    let mut admitted = 0;
+    for _ in 0..10 {
+        if leased.try_check_at("k", now, 1).await.unwrap().is_allowed() {
+            admitted += 1;
+        }
+    }
+    // Two leases of 4; the last 2 units stay in the bucket until 4 are there: 200 ms later.
+    assert_eq!(admitted, 8);
+    let d = leased.try_check_at("k", now, 1).await.unwrap();
+    assert_eq!(d.retry_after(), Some(Duration::from_millis(200)));
+    let later = now + 200_000_000;
+    assert!(
+        leased
+            .try_check_at("k", later, 1)
+            .await
+            .unwrap()
+            .is_allowed()
+    );
+    let s = leased.stats_at(later);
+    assert_eq!((s.leased, s.admitted, s.held), (12, 9, 3));
 }
