@@ -72,12 +72,30 @@ struct Local {
 impl Local {
     /// Answers from the lease or the denial cache, if either can.
     fn try_local(&mut self, now: Nanos, cost: u64) -> Option<Decision> {
+        if cost == 0 {
+            // Asking for nothing always passes (as in GCRA), answered locally: what the live lease still holds.
+            let held = if now < self.lease_until {
+                self.tokens
+            } else {
+                0
+            };
+            return Some(Decision::allowed(held, self.reset_at.saturating_sub(now)));
+        }
         if now < self.denied_until {
             self.stats.cached_denials += 1;
             return Some(Decision::denied(
                 self.denied_until - now,
                 self.reset_at.saturating_sub(now),
             ));
+        }
+        if cost == 0 {
+            // Asking for nothing is answered locally: what the live lease still holds.
+            let held = if now < self.lease_until {
+                self.tokens
+            } else {
+                0
+            };
+            return Some(Decision::allowed(held, self.reset_at.saturating_sub(now)));
         }
         if now < self.lease_until && self.tokens >= cost {
             self.tokens -= cost;
@@ -123,7 +141,8 @@ impl Slot {
 ///   granted by the shared GCRA, and a grant of `g` units is exactly a GCRA admission of cost `g`. So
 ///   from any start, admitted ≤ granted ≤ `burst + rate × elapsed`.
 /// * Over a window of length `d` admissions stay within `burst + rate × (d + ttl)`: a unit may be spent
-///   up to one lease lifetime after it was granted.
+///   up to one lease lifetime after it was granted (units of a lease too few for a request of cost
+///   > 1 are carried into the next lease, so for costs above 1 add at most `cost − 1` units).
 /// * **Under-admission (stranded capacity)**: units whose lease expires unspent are lost, at most `k`
 ///   per instance per lease lifetime (each instance holds at most one lease per key), plus the
 ///   denial cache may deny for up to one `retry_after` that another instance's future grants cannot
@@ -310,6 +329,8 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
         }
         // Slow path: one lease call per key at a time in this instance.
         let _refill = slot.refill.lock().await;
+        // Units of a live lease too few for this request travel with it into the next lease; they
+        // leave the local pool while the call is in flight so no other task can spend them twice.
         let leftover = {
             let mut local = slot.local();
             if let Some(decision) = local.try_local(now, cost) {
@@ -317,7 +338,7 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
             }
             local.expire(now);
             local.stats.redis_calls += 1;
-            local.tokens
+            std::mem::take(&mut local.tokens)
         };
         let need = cost - leftover; // leftover < cost here, so need >= 1
         let min = need.max(self.lease.min_grant);
@@ -325,18 +346,27 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
         let max = self.lease.size.max(min).to_string();
         let min = min.to_string();
         let args = [&*time, &*min, &*max, &*self.interval_us, &*self.depth_us];
-        let reply = scripts::invoke(&self.conn, &self.config, &LEASE, key, args).await?;
+        let result = scripts::invoke(&self.conn, &self.config, &LEASE, key, args).await;
         // Local expiries count from when the answer arrived, not from when we asked.
         let now = at.unwrap_or_else(|| self.clock.now());
         let mut local = slot.local();
+        let reply = match result {
+            Ok(reply) => reply,
+            Err(e) => {
+                local.tokens += leftover;
+                return Err(e);
+            }
+        };
         local.reset_at = now.saturating_add(reply.reset);
         if reply.a == 0 {
+            local.tokens += leftover;
             local.denied_until = now.saturating_add(reply.retry);
             return Ok(Decision::denied(reply.retry, reply.reset));
         }
         local.stats.leased += reply.a;
         local.stats.admitted += cost;
-        local.tokens = local.tokens + reply.a - cost;
+        // `reply.a >= need = cost - leftover`, so this does not underflow.
+        local.tokens += leftover + reply.a - cost;
         local.lease_until = now.saturating_add(self.lease_ttl);
         Ok(Decision::allowed(local.tokens, reply.reset))
     }

@@ -26,7 +26,8 @@
 //! slot, put the shared part in a hash tag, e.g. `"{tenant42}:login"`. Each write sets the key's TTL
 //! (rounded up to whole ms) to when its state becomes indistinguishable from a fresh one: GCRA at its
 //! TAT, fixed window at the window's end, sliding window at the end of the window after the current
-//! one. Denials and peeks never write.
+//! one. Denials and peeks never write. Give each limiter (algorithm and quota) its own prefix: a key
+//! written by one algorithm is a Redis `WRONGTYPE` error ([`Error::Redis`]) or a misread for another.
 //!
 //! # Faults
 //! Each call runs under [`RedisConfig::with_timeout`]; timeouts and Redis errors become the typed

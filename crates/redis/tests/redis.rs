@@ -761,3 +761,33 @@ async fn min_grant_waits_for_a_worthwhile_lease_without_losing_capacity() {
     let s = leased.stats_at(later);
     assert_eq!((s.leased, s.admitted, s.held), (12, 9, 3));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_leftovers_carry_into_the_next_lease_for_larger_costs() {
+    let server = RedisServer::start();
+    let cfg = config();
+    let quota = Quota::per_second(10).unwrap(); // burst 10
+    let leased = LeasedLimiter::new(
+        manager(&server, &cfg),
+        quota,
+        cfg,
+        LeaseConfig {
+            size: 4,
+            ttl: Duration::from_secs(10),
+            max_keys: 16,
+            min_grant: 1,
+        },
+    )
+    .unwrap();
+    let now: Nanos = EPOCH_US * 1000;
+    let check = |cost| leased.try_check_at("k", now, cost);
+    assert_eq!(check(1).await.unwrap().remaining(), 3); // lease 4
+    assert_eq!(check(5).await.unwrap().remaining(), 2); // 3 left + lease 4 − 5
+    assert_eq!(check(3).await.unwrap().remaining(), 1); // 2 left + lease 2 (all the bucket had) − 3
+    assert!(!check(2).await.unwrap().is_allowed()); // 1 left, bucket empty: denied ...
+    assert!(check(1).await.is_ok()); // ... a cached denial now, the leftover unit kept
+    let s = leased.stats_at(now);
+    assert_eq!((s.leased, s.admitted, s.held), (10, 9, 1));
+    // Cost 0 is answered locally.
+    assert!(check(0).await.unwrap().is_allowed());
+}
