@@ -309,6 +309,10 @@ impl<C: Clock> StripedLimiter<C> {
             match alive {
                 Some(alive) if alive >= cost => {
                     let next = word.with_units(alive - cost);
+                    // Relaxed: estimates for `remaining`/`reset_after`, written by the lock holder
+                    // (read before the CAS, which on x86 is a full barrier).
+                    let tat_seen = stripe.tat_seen.load(Ordering::Relaxed);
+                    let free_seen = stripe.free_seen.load(Ordering::Relaxed);
                     // Success Relaxed: the new count publishes nothing (the other fields are
                     // unchanged). Failure Acquire: we re-read `end` for the word we found.
                     match stripe.word.compare_exchange_weak(
@@ -318,9 +322,6 @@ impl<C: Clock> StripedLimiter<C> {
                         Ordering::Acquire,
                     ) {
                         Ok(_) => {
-                            // Relaxed: an estimate for `remaining`, written by the lock holder.
-                            let tat_seen = stripe.tat_seen.load(Ordering::Relaxed);
-                            let free_seen = stripe.free_seen.load(Ordering::Relaxed);
                             return Ok(Self::allowed(
                                 alive - cost,
                                 free_seen,

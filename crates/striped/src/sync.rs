@@ -16,13 +16,22 @@ pub(crate) use std::sync::atomic::{AtomicU64, Ordering};
 #[cfg(not(tollgate_loom))]
 #[inline]
 pub(crate) fn thread_ordinal() -> usize {
+    use std::cell::Cell;
     use std::sync::atomic::AtomicUsize;
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     thread_local! {
-        // Relaxed: the counter only hands out distinct numbers; it publishes nothing.
-        static ORDINAL: usize = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // `const` and no destructor: the access is one thread-pointer-relative load.
+        static ORDINAL: Cell<usize> = const { Cell::new(usize::MAX) };
     }
-    ORDINAL.with(|ordinal| *ordinal)
+    ORDINAL.with(|ordinal| {
+        let mut value = ordinal.get();
+        if value == usize::MAX {
+            // Relaxed: the counter only hands out distinct numbers; it publishes nothing.
+            value = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) & (usize::MAX >> 1);
+            ordinal.set(value);
+        }
+        value
+    })
 }
 
 /// Under loom every thread maps to stripe 0; the models choose stripes explicitly with
