@@ -133,6 +133,14 @@ where
     }
     let reply: Vec<i64> = tokio::time::timeout(config.timeout(), call.invoke_async(&mut conn))
         .await
-        .map_err(|_| Error::Timeout(config.timeout()))??;
+        .map_err(|_| Error::Timeout(config.timeout()))?
+        .map_err(|e| {
+            // The connection's own response timeout (set by `connect`) is the same timeout.
+            if e.is_timeout() {
+                Error::Timeout(config.timeout())
+            } else {
+                Error::Redis(e)
+            }
+        })?;
     Reply::parse(&reply)
 }

@@ -791,3 +791,46 @@ async fn lease_leftovers_carry_into_the_next_lease_for_larger_costs() {
     // Cost 0 is answered locally.
     assert!(check(0).await.unwrap().is_allowed());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_server_times_out_then_answers_again() {
+    let server = RedisServer::start();
+    let cfg = config()
+        .with_timeout(Duration::from_millis(100))
+        .with_policy(FaultPolicy::FailClosed {
+            retry_after: Duration::from_millis(100),
+        });
+    let limiter =
+        RedisLimiter::gcra(manager(&server, &cfg), Quota::per_second(100).unwrap(), cfg).unwrap();
+    assert!(limiter.try_check("k", 1).await.unwrap().is_allowed());
+    // Stall every client's commands for 500 ms (the reply comes at once; the pause then holds).
+    let mut other = raw(&server).await;
+    let t0 = std::time::Instant::now();
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(500)
+        .arg("ALL")
+        .query_async(&mut other)
+        .await
+        .unwrap();
+    let got = limiter.try_check("k", 1).await;
+    assert!(
+        matches!(got, Err(Error::Timeout(d)) if d == Duration::from_millis(100)),
+        "{got:?} after {:?}",
+        t0.elapsed()
+    );
+    assert!(!limiter.check("k", 1).await.unwrap().is_allowed());
+    let mut answered = false;
+    for _ in 0..50 {
+        if let Ok(d) = limiter.try_check("k", 1).await {
+            answered = d.is_allowed();
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await; // bounded poll while it reconnects
+    }
+    assert!(
+        answered,
+        "no answer after the stall ended ({:?})",
+        t0.elapsed()
+    );
+}
