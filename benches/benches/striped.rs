@@ -1,0 +1,75 @@
+//! One hot global quota shared by threads: governor's direct limiter, Tollgate's plain `GcraLimiter`
+//! (one atomic word) and `StripedLimiter` (per-stripe leases), in the same run.
+//!
+//! * `striped/contended/<limiter>/<threads>`: 1, 2 and 4 threads (4 oversubscribes a 2-core
+//!   machine) each calling `check()` on one shared limiter with the real clock, quota 10⁹ per second
+//!   (burst 10⁹), so nearly every decision is allowed. `iter_custom` + scoped threads started on a
+//!   `Barrier`; throughput is aggregate decisions per second (`Throughput::Elements(threads)` per
+//!   iteration, each thread making `iters` decisions).
+
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use tollgate_core::{GcraLimiter, Limiter, Quota};
+use tollgate_striped::StripedLimiter;
+
+const RATE: u32 = 1_000_000_000;
+const THREADS: [usize; 3] = [1, 2, 4];
+
+/// Runs `decide` `iters` times on each of `threads` scoped threads released together; returns the
+/// wall time from release until the last thread finished.
+fn run_threads(threads: usize, iters: u64, decide: &(impl Fn() -> bool + Sync)) -> Duration {
+    let barrier = Barrier::new(threads + 1);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    barrier.wait();
+                    let mut allowed = 0u64;
+                    for _ in 0..iters {
+                        allowed += u64::from(black_box(decide()));
+                    }
+                    allowed
+                })
+            })
+            .collect();
+        barrier.wait();
+        let start = Instant::now();
+        let allowed: u64 = handles.into_iter().map(|h| h.join().expect("bench thread")).sum();
+        let elapsed = start.elapsed();
+        black_box(allowed);
+        elapsed
+    })
+}
+
+fn contended(c: &mut Criterion) {
+    let quota = Quota::per_second(u64::from(RATE)).expect("valid quota");
+    let mut g = c.benchmark_group("striped/contended");
+    for threads in THREADS {
+        g.throughput(Throughput::Elements(threads as u64));
+
+        let gov = governor::RateLimiter::direct(governor::Quota::per_second(
+            NonZeroU32::new(RATE).expect("non-zero"),
+        ));
+        g.bench_with_input(BenchmarkId::new("governor", threads), &threads, |b, &t| {
+            b.iter_custom(|iters| run_threads(t, iters, &|| gov.check().is_ok()));
+        });
+
+        let gcra = GcraLimiter::new(quota).expect("valid quota");
+        g.bench_with_input(BenchmarkId::new("gcra", threads), &threads, |b, &t| {
+            b.iter_custom(|iters| run_threads(t, iters, &|| gcra.check().is_allowed()));
+        });
+
+        let striped = StripedLimiter::new(quota).expect("valid quota");
+        g.bench_with_input(BenchmarkId::new("striped", threads), &threads, |b, &t| {
+            b.iter_custom(|iters| run_threads(t, iters, &|| striped.check().is_allowed()));
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, contended);
+criterion_main!(benches);
