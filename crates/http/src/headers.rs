@@ -11,7 +11,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use http::HeaderValue;
 use http::header::HeaderName;
 use sfv::{Integer, ItemSerializer, KeyRef, StringRef};
@@ -75,13 +75,64 @@ impl fmt::Display for PolicyNameError {
 impl std::error::Error for PolicyNameError {}
 
 /// A policy's fixed header material, built once.
+///
+/// The two fixed values live in one string leaked for the life of the process (tens of bytes per
+/// policy built), so every response shares them as static bytes: cloning them per response touches
+/// no reference count that all cores would contend on.
 #[derive(Clone, Debug)]
 pub(crate) struct PolicyHeaders {
     name: String,
+    /// Length of the serialised name (`"name"` with escapes), for sizing `RateLimit` values exactly.
+    name_len: usize,
     /// `"name";q=..;w=..`
     pub(crate) policy: HeaderValue,
     /// `q` (for `X-RateLimit-Limit`).
     pub(crate) limit: HeaderValue,
+}
+
+/// A header value over bytes that live for the rest of the process.
+fn leaked(text: String) -> Option<HeaderValue> {
+    let text: &'static str = Box::leak(text.into_boxed_str());
+    HeaderValue::from_maybe_shared(Bytes::from_static(text.as_bytes())).ok()
+}
+
+/// Decimal digits of `v` (at least 1).
+fn digits(v: u64) -> usize {
+    v.checked_ilog10().map_or(1, |d| d as usize + 1)
+}
+
+/// Clamps to the structured-field integer range (15 decimal digits).
+const SF_INT_MAX: u64 = 999_999_999_999_999;
+
+/// `"0".."999"` as static bytes, three to a slot (left-aligned, zero-free).
+static SMALL: [[u8; 3]; 1000] = {
+    let mut table = [[0u8; 3]; 1000];
+    let mut n = 0;
+    while n < 1000 {
+        let (h, t, o) = ((n / 100) as u8, (n / 10 % 10) as u8, (n % 10) as u8);
+        table[n] = if n >= 100 {
+            [b'0' + h, b'0' + t, b'0' + o]
+        } else if n >= 10 {
+            [b'0' + t, b'0' + o, 0]
+        } else {
+            [b'0' + o, 0, 0]
+        };
+        n += 1;
+    }
+    table
+};
+
+/// `n` as a header value; below 1000 (every realistic `Retry-After`) without allocating.
+#[inline]
+pub(crate) fn number(n: u64) -> HeaderValue {
+    if n < 1000 {
+        let slot: &'static [u8; 3] = &SMALL[n as usize];
+        let value = Bytes::from_static(&slot[..digits(n)]);
+        if let Ok(value) = HeaderValue::from_maybe_shared(value) {
+            return value;
+        }
+    }
+    HeaderValue::from(n)
 }
 
 /// `(q, w)`: `limit` per `period`, with the window in whole seconds as the draft requires. A period
@@ -105,9 +156,9 @@ pub(crate) fn quota_window(quota: &Quota) -> (u64, u64) {
     )
 }
 
-/// Clamps to the structured-field integer range (15 decimal digits).
+/// `v` clamped to the structured-field integer range.
 fn sf_int(v: u64) -> Integer {
-    i64::try_from(v)
+    i64::try_from(v.min(SF_INT_MAX))
         .ok()
         .and_then(|v| Integer::try_from(v).ok())
         .unwrap_or(Integer::MAX)
@@ -119,6 +170,7 @@ impl PolicyHeaders {
             name: name.to_owned(),
         };
         let sf_name = StringRef::from_str(name).map_err(|_| err())?;
+        let name_len = ItemSerializer::new().bare_item(sf_name).finish().len();
         let (q, w) = quota_window(quota);
         let policy = ItemSerializer::new()
             .bare_item(sf_name)
@@ -127,20 +179,24 @@ impl PolicyHeaders {
             .finish();
         Ok(PolicyHeaders {
             name: name.to_owned(),
-            policy: HeaderValue::try_from(policy).map_err(|_| err())?,
-            limit: HeaderValue::from(q),
+            name_len,
+            policy: leaked(policy).ok_or_else(err)?,
+            limit: leaked(q.to_string()).unwrap_or_else(|| HeaderValue::from(q)),
         })
     }
 
-    /// `"name";r=..;t=..` for one response.
+    /// `"name";r=..;t=..` for one response: one allocation, sized exactly.
     pub(crate) fn ratelimit(&self, remaining: u64, t: u64) -> HeaderValue {
-        let mut out = String::with_capacity(self.name.len() + 32);
+        let (r, t) = (remaining.min(SF_INT_MAX), t.min(SF_INT_MAX));
+        // `;r=` and `;t=` are 3 bytes each. A wrong estimate would cost only a reallocation.
+        let len = self.name_len + 6 + digits(r) + digits(t);
+        let mut out = String::with_capacity(len);
         // The name was validated in `new`; a failure here cannot happen, and would only drop the
         // field (never panic).
         if let Ok(name) = StringRef::from_str(&self.name) {
             let _ = ItemSerializer::with_buffer(&mut out)
                 .bare_item(name)
-                .parameter(R, sf_int(remaining))
+                .parameter(R, sf_int(r))
                 .parameter(T, sf_int(t));
         }
         HeaderValue::try_from(out).unwrap_or_else(|_| HeaderValue::from_static(""))
@@ -172,22 +228,16 @@ pub(crate) fn r_and_t(decision: &Decision) -> (u64, u64) {
     }
 }
 
-/// The 429 body `{"error":"rate limit exceeded","retry_after":N}` and the `Retry-After` value `N`,
-/// sharing one buffer.
-pub(crate) fn denial_body(retry_secs: u64) -> (Bytes, HeaderValue) {
+/// The 429 body `{"error":"rate limit exceeded","retry_after":N}`: one allocation, sized exactly.
+pub(crate) fn denial_body(retry_secs: u64) -> Bytes {
     const HEAD: &[u8] = br#"{"error":"rate limit exceeded","retry_after":"#;
     let mut digits = itoa::Buffer::new();
     let n = digits.format(retry_secs).as_bytes();
-    let mut buf = BytesMut::with_capacity(HEAD.len() + n.len() + 1);
-    buf.put_slice(HEAD);
-    buf.put_slice(n);
-    buf.put_u8(b'}');
-    let body = buf.freeze();
-    let value = body.slice(HEAD.len()..HEAD.len() + n.len());
-    // Digits only: always a valid header value; the fallback is unreachable.
-    let retry_after =
-        HeaderValue::from_maybe_shared(value).unwrap_or_else(|_| HeaderValue::from(retry_secs));
-    (body, retry_after)
+    let mut body = Vec::with_capacity(HEAD.len() + n.len() + 1);
+    body.extend_from_slice(HEAD);
+    body.extend_from_slice(n);
+    body.push(b'}');
+    Bytes::from(body)
 }
 
 #[cfg(test)]
@@ -229,12 +279,29 @@ mod tests {
     }
 
     #[test]
-    fn denial_body_and_retry_after_agree() {
-        let (body, value) = denial_body(42);
+    fn denial_body_is_the_documented_json() {
+        let body = denial_body(42);
         assert_eq!(
             &body[..],
             br#"{"error":"rate limit exceeded","retry_after":42}"#
         );
-        assert_eq!(value, "42");
+    }
+
+    #[test]
+    fn numbers_render_with_and_without_the_table() {
+        for n in [0, 1, 9, 10, 42, 99, 100, 999, 1000, 123_456, u64::MAX] {
+            assert_eq!(number(n), n.to_string().as_str(), "{n}");
+            assert_eq!(digits(n), n.to_string().len(), "{n}");
+        }
+    }
+
+    #[test]
+    fn ratelimit_values_are_sized_exactly() {
+        let h = PolicyHeaders::new(r#"q"uo\te"#, &Quota::per_minute(100).unwrap()).unwrap();
+        for (r, t) in [(0, 0), (7, 60), (123_456, 1), (u64::MAX, u64::MAX)] {
+            let value = h.ratelimit(r, t);
+            let expected = h.name_len + 6 + digits(r.min(SF_INT_MAX)) + digits(t.min(SF_INT_MAX));
+            assert_eq!(value.len(), expected, "{value:?}");
+        }
     }
 }

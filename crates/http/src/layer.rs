@@ -373,16 +373,24 @@ fn json_response(status: StatusCode, body: Bytes) -> Response<Bytes> {
 
 fn denial(mode: HeaderMode, policy: &PolicyHeaders, decision: &Decision) -> Response<Bytes> {
     let secs = headers::retry_secs(decision.retry_after().unwrap_or_default());
-    let (body, retry_after) = headers::denial_body(secs);
-    let mut response = json_response(StatusCode::TOO_MANY_REQUESTS, body);
-    response.headers_mut().insert(RETRY_AFTER, retry_after);
+    let mut response = Response::new(headers::denial_body(secs));
+    *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+    // Size the map once: content-type, retry-after, and the fields.
+    let fields = 2 * usize::from(mode.ietf) + 3 * usize::from(mode.legacy);
+    response.headers_mut().reserve(2 + fields);
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+        .headers_mut()
+        .insert(RETRY_AFTER, headers::number(secs));
     Fields::new(mode, policy, decision).apply(response.headers_mut());
     response
 }
 
 impl<S, E, L, Cf, ReqB, ResB> Service<Request<ReqB>> for RateLimit<S, E, L, Cf>
 where
-    S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
+    S: Service<Request<ReqB>, Response = Response<ResB>>,
     E: KeyExtractor,
     L: KeyedCheck<E::Key>,
     Cf: RequestCost,
@@ -434,19 +442,17 @@ where
 }
 
 impl<S, E: KeyExtractor, L, Cf> RateLimit<S, E, L, Cf> {
-    /// Calls the inner service: the instance `poll_ready` readied, leaving a fresh clone in its place
-    /// (tower's rule for services that are driven to readiness before `call`).
+    /// Calls the inner service: the same instance `poll_ready` readied (no clone: the call is made
+    /// here, synchronously, so nothing needs to own the service).
     fn forward<ReqB, ResB>(
         &mut self,
         request: Request<ReqB>,
         fields: Option<Fields>,
     ) -> ResponseFuture<S::Future>
     where
-        S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
+        S: Service<Request<ReqB>, Response = Response<ResB>>,
     {
-        let clone = self.inner.clone();
-        let mut ready = std::mem::replace(&mut self.inner, clone);
-        ResponseFuture::inner(ready.call(request), fields)
+        ResponseFuture::inner(self.inner.call(request), fields)
     }
 }
 
