@@ -18,8 +18,10 @@
 //! costs, so decisions are timed in batches: one `quanta` raw (TSC) read before and after each batch
 //! of 64 decisions. The two reads cost about 10–40 ns together, so per decision they add well under
 //! 1 ns (a 64th of it), and the loop's own cost (loading the next key) is included, as it would be in
-//! a caller. `ns/decision` is time inside batches ÷ decisions in them, per thread; `decisions/s` adds
-//! up all threads' decisions over their measured wall time.
+//! a caller. `ns/decision` is the median batch duration ÷ decisions per batch, per thread: on a
+//! shared machine a batch that the scheduler interrupts lasts milliseconds, and the median ignores
+//! those while the mean (`ns_per_decision_mean`, also reported) does not. `decisions/s` adds up all
+//! threads' decisions over their measured wall time, interference included.
 //!
 //! **Latency percentiles.** After each batch, one more decision is timed alone: TSC read, decide, TSC
 //! read. The median cost of a back-to-back pair of reads is calibrated at start-up (100 000 pairs)

@@ -38,8 +38,11 @@ pub struct Record {
     pub oversubscribed: bool,
     /// `tsc` or `coarse`.
     pub clock: String,
-    /// Mean time one thread spends per decision, ns (closed loop: from batches of `batch`).
+    /// Typical time one thread spends per decision, ns: closed loop, median batch duration ÷ `batch`
+    /// (robust to preemption); open loop, mean service time.
     pub ns_per_decision: f64,
+    /// Closed loop: mean over all batches, including those stretched by preemption, ns.
+    pub ns_per_decision_mean: f64,
     /// Decisions per second, all threads.
     pub decisions_per_sec: f64,
     /// Single-decision latency, ns (timer overhead subtracted).
@@ -194,8 +197,10 @@ pub fn markdown(header: &Header, records: &[Record], plots: &[&str]) -> String {
         header.loadavg_before, header.loadavg_after
     );
     md.push_str(
-        "`ns/dec` is the mean time one thread spends per decision, timed over batches; `dec/s` is all \
-         threads together; percentiles are single-decision latencies sampled once per batch (open loop: \
+        "`ns/dec` is the typical time one thread spends per decision: the median duration of timed \
+         batches ÷ decisions per batch (the mean, which also counts batches stretched by preemption, \
+         is `ns_per_decision_mean` in the JSON); `dec/s` is all threads together over wall time, \
+         interference included; percentiles are single-decision latencies sampled once per batch (open loop: \
          every decision, coordinated-omission corrected). Peers read the same clock as Tollgate; \
          `clock_only` is the floor (one clock read, no limiter). \
          `allow%` is the admitted fraction: window algorithms cap their per-second limit (sliding \

@@ -103,6 +103,10 @@ struct ThreadStats {
     /// Measured wall time, ns.
     elapsed_ns: u64,
     hist: Histogram<u64>,
+    /// Closed loop: the duration of every timed batch, ns.
+    batches: Histogram<u64>,
+    /// Decisions per timed batch (0 in open loop).
+    batch: u32,
 }
 
 /// The merged result of one run.
@@ -118,8 +122,11 @@ pub struct RunResult {
     pub decisions: u64,
     /// Of which admitted.
     pub allowed: u64,
-    /// Mean time one thread spends per decision (batch-timed; open loop: mean service time), ns.
+    /// Typical time one thread spends per decision, ns: closed loop, the median batch duration ÷
+    /// decisions per batch (robust to preemption and interrupts); open loop, the mean service time.
     pub ns_per_decision: f64,
+    /// Mean over all batches (closed loop; includes batches stretched by preemption), ns.
+    pub ns_per_decision_mean: f64,
     /// Decisions per second, all threads together.
     pub decisions_per_sec: f64,
     /// Single-decision latency samples taken.
@@ -232,11 +239,14 @@ pub fn run<T: Target>(
 
 fn merge(stats: Vec<ThreadStats>, threads: usize, pinned: bool, oversubscribed: bool) -> RunResult {
     let mut hist = new_hist();
+    let mut batches = new_hist();
+    let batch = stats.first().map_or(0, |s| s.batch);
     let (mut decisions, mut allowed, mut busy_ns, mut busy_decisions) = (0, 0, 0, 0);
     let mut decisions_per_sec = 0.0;
     for s in &stats {
         // Both histograms share bounds, so adding cannot fail.
         hist.add(&s.hist).expect("same histogram bounds");
+        batches.add(&s.batches).expect("same histogram bounds");
         decisions += s.decisions;
         allowed += s.allowed;
         busy_ns += s.busy_ns;
@@ -252,7 +262,12 @@ fn merge(stats: Vec<ThreadStats>, threads: usize, pinned: bool, oversubscribed: 
         oversubscribed,
         decisions,
         allowed,
-        ns_per_decision: busy_ns as f64 / busy_decisions.max(1) as f64,
+        ns_per_decision: if batch > 0 && !batches.is_empty() {
+            batches.value_at_quantile(0.5) as f64 / f64::from(batch)
+        } else {
+            busy_ns as f64 / busy_decisions.max(1) as f64
+        },
+        ns_per_decision_mean: busy_ns as f64 / busy_decisions.max(1) as f64,
         decisions_per_sec,
         samples: hist.len(),
         percentiles: CURVE.iter().map(|&p| (p, q(p))).collect(),
@@ -282,6 +297,8 @@ fn closed_loop<T: Target>(
         busy_decisions: 0,
         elapsed_ns: 0,
         hist: new_hist(),
+        batches: new_hist(),
+        batch,
     };
     let mut measuring = false;
     let mut started = 0;
@@ -298,6 +315,7 @@ fn closed_loop<T: Target>(
             stats.busy_ns = 0;
             stats.busy_decisions = 0;
             stats.hist.reset();
+            stats.batches.reset();
             started = timer.raw();
         }
         let mut ok = 0u64;
@@ -315,7 +333,9 @@ fn closed_loop<T: Target>(
         ok += u64::from(one);
         stats.decisions += u64::from(batch) + 1;
         stats.allowed += ok;
-        stats.busy_ns += timer.ns(t0, t1);
+        let batch_ns = timer.ns(t0, t1);
+        stats.busy_ns += batch_ns;
+        stats.batches.saturating_record(batch_ns.max(1));
         stats.busy_decisions += u64::from(batch);
         let sample = timer.ns(s0, s1).saturating_sub(timer.overhead_ns).max(1);
         stats.hist.saturating_record(sample);
@@ -345,6 +365,8 @@ fn open_loop<T: Target>(
         busy_decisions: 0,
         elapsed_ns: 0,
         hist: new_hist(),
+        batches: new_hist(),
+        batch: 0,
     };
     let origin = timer.raw();
     let mut next = 0u64;

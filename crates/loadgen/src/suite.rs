@@ -279,6 +279,7 @@ pub fn run_suite(args: &RunArgs, command: &str) -> Result<Vec<Record>, SuiteErro
             oversubscribed: result.oversubscribed,
             clock: args.clock.to_string(),
             ns_per_decision: result.ns_per_decision,
+            ns_per_decision_mean: result.ns_per_decision_mean,
             decisions_per_sec: result.decisions_per_sec,
             p50_ns: result.p50_ns,
             p99_ns: result.p99_ns,
