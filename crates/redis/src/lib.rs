@@ -9,16 +9,18 @@
 //!   [`TimeSource`] (server `TIME` by default, or the client's clock).
 //!
 //! # Same transitions as the core, in microseconds
-//! Each script is the core algorithm's `decide` restated over the script's own state (GCRA: the TAT;
-//! the windows: a hash of window index and counts). Lua numbers are doubles, so the scripts keep every
-//! value an integer below 2^53 by working in **microseconds**: times are µs since the Unix epoch (the
-//! server's `TIME`), the emission interval and the window are the quota's rounded *up* to whole µs
-//! (never looser: a GCRA interval of `T` µs plus a fraction enforces a rate lower by less than
-//! `1 / T`, e.g. < 0.1 % at 1 000/s; GCRA above 1 000 000/s per key is refused), and replies are four integers (`allowed`, `remaining`, `retry_after_us`,
-//! `reset_after_us`; `-1` = never), converted to the core's [`Decision`]. For a quota whose
+//! Each script is the core algorithm's `decide` restated over the script's own state (GCRA: the
+//! TAT; the windows: a hash of window index and counts). Lua numbers are doubles, so the scripts
+//! keep every value an integer below 2^53 by working in **microseconds**: times are µs since the
+//! Unix epoch (the server's `TIME`), the emission interval and the window are the quota's rounded
+//! *up* to whole µs (never looser: a GCRA interval of `T` µs plus a fraction enforces a rate lower
+//! by less than `1 / T`, e.g. < 0.1 % at 1 000/s; GCRA above 1 000 000/s per key is refused), and
+//! replies are four integers (`allowed`, `remaining`, `retry_after_us`, `reset_after_us`; `-1` =
+//! never), converted to the core's [`Decision`](tollgate_core::Decision). For a quota whose
 //! interval (GCRA) or window is a whole number of µs and for µs-aligned times, decisions equal the
-//! core's exactly, except that the sliding window's `retry_after` is the core's rounded up to the next
-//! µs (the first µs-aligned instant that fits). The integration tests check this on random traces.
+//! core's exactly, except that the sliding window's `retry_after` is the core's rounded up to the
+//! next µs (the first µs-aligned instant that fits). The integration tests check this on random
+//! traces.
 //!
 //! # Keys, TTLs and Redis Cluster
 //! The Redis key is `prefix + key` (see [`RedisConfig::with_prefix`]). Every script reads and writes
