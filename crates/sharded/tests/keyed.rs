@@ -359,3 +359,45 @@ fn a_table_at_capacity_rarely_overflows() -> Result {
     }
     Ok(())
 }
+
+#[test]
+fn the_limiter_is_send_and_sync() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<KeyedLimiter<str, Gcra, ManualClock>>();
+    assert_send_sync::<KeyedLimiter<IpAddr, SlidingWindow>>();
+}
+
+#[test]
+fn threads_racing_on_shared_keys_at_a_frozen_instant_admit_exactly_each_burst() -> Result {
+    let clock = ManualClock::new();
+    let limiter = KeyedLimiter::<u64, Gcra, _>::builder_with_clock(
+        Quota::per_second(1)?.with_burst(500)?,
+        64,
+        clock.clone(),
+    )
+    .build()?;
+    // 4 threads × 2 000 checks over 8 keys, all at one instant: each key admits exactly its burst.
+    let admitted: usize = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..4u64)
+            .map(|t| {
+                let limiter = &limiter;
+                scope.spawn(move || {
+                    (0..2_000u64)
+                        .filter(|i| {
+                            limiter
+                                .check_key(&((i + t) % 8), 1)
+                                .is_ok_and(|d| d.is_allowed())
+                        })
+                        .count()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or(0)).sum()
+    });
+    assert_eq!(admitted, 8 * 500);
+    assert_eq!(limiter.len(), 8);
+    for key in 0..8u64 {
+        assert!(!limiter.check_key(&key, 1)?.is_allowed());
+    }
+    Ok(())
+}
