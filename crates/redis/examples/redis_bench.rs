@@ -148,15 +148,17 @@ async fn main() {
         }
     }
 
-    // Lease mode: one instance, leases of 1000 units, one key per task (1 M/s each).
+    // Lease mode: one instance, leases of 1000 units, one key per task (1 M/s each, burst 10^8).
     let lease = LeaseConfig {
         size: 1000,
         ttl: Duration::from_millis(100),
         max_keys: 1024,
         min_grant: 1,
     };
+    // A burst of 10^8 so that demand, not the quota, sets the pace (1 M/s alone would cap one key).
+    let roomy = fast.with_burst(100_000_000).unwrap();
     for tasks in [1, 64] {
-        let l = Arc::new(LeasedLimiter::new(conn.clone(), fast, cfg.clone(), lease).unwrap());
+        let l = Arc::new(LeasedLimiter::new(conn.clone(), roomy, cfg.clone(), lease).unwrap());
         let keys: Arc<Vec<String>> =
             Arc::new((0..tasks).map(|t| format!("lease{tasks}:{t}")).collect());
         runs.push(
