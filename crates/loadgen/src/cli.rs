@@ -37,6 +37,19 @@ pub enum Command {
     /// Replay seeded request traces with manual time through every algorithm and judge them against
     /// an exact sliding window.
     Accuracy(AccuracyArgs),
+    /// Rewrite the Markdown report and plots from a suite JSON, without measuring again.
+    Report(ReportArgs),
+}
+
+/// Options of `report`.
+#[derive(Clone, Debug, Args)]
+pub struct ReportArgs {
+    /// The suite JSON to read.
+    #[arg(long, default_value = "report/suite.json")]
+    pub json: PathBuf,
+    /// Output folder (default: the JSON's folder).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
 }
 
 /// Which loops to run.

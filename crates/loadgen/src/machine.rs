@@ -1,9 +1,9 @@
 //! Facts about the machine and the build, for report headers.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Where and when a run was made.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Machine {
     /// `git rev-parse --short HEAD`, or `unknown`.
     pub git_commit: String,

