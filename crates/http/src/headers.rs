@@ -210,10 +210,11 @@ pub(crate) fn ceil_secs(d: Duration) -> u64 {
 }
 
 /// The `Retry-After` / `t` value for a denial: seconds rounded up, never 0 (a client told 0 would
-/// retry at once into another denial).
+/// retry at once into another denial), and within the structured-field integer range so that
+/// `Retry-After` and `t` always agree (the cap is 31 million years).
 #[inline]
 pub(crate) fn retry_secs(retry_after: Duration) -> u64 {
-    ceil_secs(retry_after).max(1)
+    ceil_secs(retry_after).clamp(1, SF_INT_MAX)
 }
 
 /// `(remaining, t)` for a decision.
@@ -254,6 +255,7 @@ mod tests {
         assert_eq!(retry_secs(Duration::ZERO), 1);
         assert_eq!(retry_secs(Duration::from_millis(200)), 1);
         assert_eq!(retry_secs(Duration::from_millis(2500)), 3);
+        assert_eq!(retry_secs(Duration::MAX), SF_INT_MAX);
     }
 
     #[test]

@@ -16,6 +16,12 @@
 //!   `X-RateLimit-Limit` (units per `w`), `-Remaining` (units) and `-Reset` (delta-seconds, not a
 //!   timestamp).
 //!
+//! With axum, add the layer to a `Router` and serve with
+//! `into_make_service_with_connect_info::<SocketAddr>()` (see `examples/server.rs`). With plain hyper,
+//! wrap the service with the layer (`tower::ServiceBuilder`), insert each connection's peer
+//! `SocketAddr` into the request extensions, and serve it through hyper-util's
+//! `TowerToHyperService`: the layer needs only `http::Request<B>` in and `http::Response<B>` out.
+//!
 //! The decision path reads the limiter's clock once (no clock is built per request) and allocates only
 //! the header values it sends; a 429 never reaches the inner service.
 //!
