@@ -495,9 +495,11 @@ mod tests {
             &timer,
             &mut |_| {},
         );
-        // 60 ms at 100k/s is 6000 decisions; the schedule catches up after stalls, so it stays close
-        // (a closed loop would make millions). Generous bounds: the machine may be loaded.
-        assert!((1000..=9000).contains(&r.decisions), "{}", r.decisions);
+        // The schedule issues one decision per 10 µs, catching up after stalls but never running
+        // ahead: about 6000 in the 60 ms measured, more only if the coordinator announced the phases
+        // late (a closed loop makes hundreds of thousands even in debug builds). Loose bounds: on a
+        // loaded machine the thread may starve or the coordinator oversleep.
+        assert!((1..=20_000).contains(&r.decisions), "{}", r.decisions);
         // record_correct never records fewer samples than decisions.
         assert!(r.samples >= r.decisions);
     }
