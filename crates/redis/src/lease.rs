@@ -1,9 +1,11 @@
 //! Local leases of a shared GCRA bucket: most decisions never leave the process.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use crossbeam_utils::CachePadded;
 use redis::aio::{ConnectionLike, ConnectionManager};
 use tollgate_core::{CheckError, Clock, Decision, MonotonicClock, Nanos, Quota, QuotaError};
 
@@ -149,8 +151,9 @@ impl Slot {
 ///   shorten (grants only ever push the bucket's TAT later, so this never denies what the bucket would
 ///   admit, up to clock-rate differences).
 ///
-/// Local state lives under one short mutex per key (and one for the key table); the refill is
-/// single-flight per key per instance.
+/// Local state lives under one short mutex per key, found in a key table of 16 mutex-guarded shards
+/// (a local decision takes two uncontended locks and no reference count); the refill is
+/// single-flight per key per instance. `LeaseConfig::max_keys` is split evenly across the shards.
 pub struct LeasedLimiter<C = ConnectionManager, K = MonotonicClock> {
     conn: C,
     config: RedisConfig,
@@ -160,8 +163,16 @@ pub struct LeasedLimiter<C = ConnectionManager, K = MonotonicClock> {
     interval_us: String,
     depth_us: String,
     lease_ttl: Nanos,
-    slots: Mutex<HashMap<Box<str>, Arc<Slot>>>,
+    /// The key table, split in [`SHARDS`] locks chosen by the key's hash, each on its own cache line,
+    /// so tasks on different keys rarely contend.
+    shards: Box<[CachePadded<Mutex<Table>>]>,
+    hasher: RandomState,
 }
+
+type Table = HashMap<Box<str>, Arc<Slot>>;
+
+/// Key-table shards (a power of two).
+const SHARDS: usize = 16;
 
 impl<C, K> std::fmt::Debug for LeasedLimiter<C, K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -220,7 +231,8 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
             interval_us: interval.to_string(),
             depth_us: depth.to_string(),
             lease_ttl,
-            slots: Mutex::new(HashMap::new()),
+            shards: (0..SHARDS).map(|_| CachePadded::default()).collect(),
+            hasher: RandomState::new(),
         })
     }
 
@@ -268,7 +280,9 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
 
     /// [`stats`](Self::stats) with `held` judged at `now`.
     pub fn stats_at(&self, now: Nanos) -> LeaseStats {
-        let slots: Vec<Arc<Slot>> = self.table().values().cloned().collect();
+        let slots: Vec<Arc<Slot>> = (0..SHARDS)
+            .flat_map(|i| self.table(i).values().cloned().collect::<Vec<_>>())
+            .collect();
         let mut total = LeaseStats::default();
         for slot in slots {
             let local = slot.local();
@@ -288,17 +302,29 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
         total
     }
 
-    fn table(&self) -> MutexGuard<'_, HashMap<Box<str>, Arc<Slot>>> {
-        // The table holds only `Arc`s: a panic while it was locked cannot have broken it.
-        self.slots.lock().unwrap_or_else(|e| e.into_inner())
+    /// How many keys this instance tracks now (bounded near `LeaseConfig::max_keys`: idle keys are
+    /// pruned when a shard fills).
+    pub fn tracked_keys(&self) -> usize {
+        (0..SHARDS).map(|i| self.table(i).len()).sum()
     }
 
-    fn slot(&self, key: &str, now: Nanos) -> Arc<Slot> {
-        let mut table = self.table();
+    fn table(&self, shard: usize) -> MutexGuard<'_, Table> {
+        // A table holds only `Arc`s: a panic while it was locked cannot have broken it.
+        self.shards[shard].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Answers from the key's local state if it can (no reference count touched); otherwise hands
+    /// back the key's slot for the slow path.
+    fn local_or_slot(&self, key: &str, now: Nanos, cost: u64) -> Result<Decision, Arc<Slot>> {
+        let shard = (self.hasher.hash_one(key) as usize) & (SHARDS - 1);
+        let mut table = self.table(shard);
         if let Some(slot) = table.get(key) {
-            return Arc::clone(slot);
+            return match slot.local().try_local(now, cost) {
+                Some(decision) => Ok(decision),
+                None => Err(Arc::clone(slot)),
+            };
         }
-        if table.len() >= self.lease.max_keys {
+        if table.len() >= self.lease.max_keys.div_ceil(SHARDS) {
             // Drop keys nobody is using whose lease and denial have both lapsed. Their leftover
             // tokens are stranded either way; forgetting them admits nothing extra.
             table.retain(|_, slot| {
@@ -309,7 +335,7 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
                 now < local.lease_until || now < local.denied_until
             });
         }
-        Arc::clone(table.entry(key.into()).or_default())
+        Err(Arc::clone(table.entry(key.into()).or_default()))
     }
 
     /// `at`: a caller-supplied time for both the local state and the script; `None`: the limiter's
@@ -323,10 +349,10 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
                 capacity: burst,
             }));
         }
-        let slot = self.slot(key, now);
-        if let Some(decision) = slot.local().try_local(now, cost) {
-            return Ok(decision);
-        }
+        let slot = match self.local_or_slot(key, now, cost) {
+            Ok(decision) => return Ok(decision),
+            Err(slot) => slot,
+        };
         // Slow path: one lease call per key at a time in this instance.
         let _refill = slot.refill.lock().await;
         // Units of a live lease too few for this request travel with it into the next lease; they

@@ -834,3 +834,55 @@ async fn a_stalled_server_times_out_then_answers_again() {
         t0.elapsed()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_keys_are_pruned_from_the_local_table() {
+    let server = RedisServer::start();
+    let cfg = config();
+    let leased = LeasedLimiter::new(
+        manager(&server, &cfg),
+        Quota::per_second(10).unwrap(),
+        cfg,
+        LeaseConfig {
+            size: 2,
+            ttl: Duration::from_millis(1),
+            max_keys: 32,
+            min_grant: 1,
+        },
+    )
+    .unwrap();
+    let mut now: Nanos = EPOCH_US * 1000;
+    for i in 0..300 {
+        now += 2_000_000; // each earlier key's lease has lapsed
+        assert!(
+            leased
+                .try_check_at(&format!("k{i}"), now, 1)
+                .await
+                .unwrap()
+                .is_allowed()
+        );
+    }
+    // 16 shards of at most 2 live entries each, plus the one being inserted.
+    assert!(
+        leased.tracked_keys() <= 48,
+        "{} keys tracked",
+        leased.tracked_keys()
+    );
+    // Live leases are never pruned.
+    let live = LeasedLimiter::new(
+        manager(&server, &config()),
+        Quota::per_second(10).unwrap(),
+        config(),
+        LeaseConfig {
+            size: 2,
+            ttl: Duration::from_secs(60),
+            max_keys: 16,
+            min_grant: 1,
+        },
+    )
+    .unwrap();
+    for i in 0..100 {
+        assert!(live.try_check_at(&format!("live{i}"), now, 1).await.is_ok());
+    }
+    assert_eq!(live.tracked_keys(), 100);
+}
