@@ -576,6 +576,19 @@ pub fn run_all(cfg: &AccuracyConfig) -> (Vec<Trace>, Vec<AccuracyRow>) {
     (traces, rows)
 }
 
+/// ns/decision per implementation, `(allow, deny)`, 1 thread, closed loop, single key.
+pub type Speeds = BTreeMap<String, (Option<f64>, Option<f64>)>;
+
+/// The clock a suite JSON file's records used (`tsc`, `coarse`), or `?`.
+pub fn clock_of_suite(json: &serde_json::Value) -> String {
+    json.get("records")
+        .and_then(|r| r.get(0))
+        .and_then(|r| r.get("clock"))
+        .and_then(|c| c.as_str())
+        .unwrap_or("?")
+        .to_owned()
+}
+
 /// ns/decision per implementation (1 thread, closed loop, single key) from a suite JSON file:
 /// `(allow, deny)`.
 pub fn throughput_from_suite(
@@ -611,7 +624,7 @@ pub fn markdown(
     cfg: &AccuracyConfig,
     traces: &[Trace],
     rows: &[AccuracyRow],
-    speed: &BTreeMap<String, (Option<f64>, Option<f64>)>,
+    speeds: &[(String, Speeds)],
     provenance: &str,
 ) -> String {
     let mut md = String::new();
@@ -629,9 +642,14 @@ pub fn markdown(
     );
     md.push_str("## The comparison table, measured\n\n");
     md.push_str(
-        "| algorithm | memory / key | accuracy: over-admitted (steady · zipf) | accuracy: false denials (steady · zipf) | own bound broken (all traces) | burst: max in any window, boundary attack | burst: max in 1/10 window, on/off | ns/decision allow · deny (1 thread) |\n",
+        "| algorithm | memory / key | accuracy: over-admitted (steady · zipf) | accuracy: false denials (steady · zipf) | own bound broken (all traces) | burst: max in any window, boundary attack | burst: max in 1/10 window, on/off |",
     );
-    md.push_str("|---|---:|---|---|---:|---:|---:|---:|\n");
+    for (clock, _) in speeds {
+        let _ = write!(md, " ns/decision allow · deny (1 thread, {clock} clock) |");
+    }
+    md.push_str("\n|---|---:|---|---|---:|---:|---:|");
+    md.push_str(&"---:|".repeat(speeds.len()));
+    md.push('\n');
     for (name, family, memory) in algorithms(cfg) {
         let get = |t: &str| find(rows, name, t);
         let over =
@@ -641,10 +659,16 @@ pub fn markdown(
             format!("{:.2} × limit", r.max_window_x_limit)
         });
         let burst = get("on_off_bursts").map_or("–".into(), |r| r.max_burst_tenth.to_string());
-        let ns = speed.get(name).map_or("–".into(), |(a, d)| {
-            let f = |x: &Option<f64>| x.map_or("–".into(), |x| format!("{x:.1}"));
-            format!("{} · {}", f(a), f(d))
-        });
+        let ns: String = speeds
+            .iter()
+            .map(|(_, speed)| {
+                let cell = speed.get(name).map_or("–".into(), |(a, d)| {
+                    let f = |x: &Option<f64>| x.map_or("–".into(), |x| format!("{x:.1}"));
+                    format!("{} · {}", f(a), f(d))
+                });
+                format!(" {cell} |")
+            })
+            .collect();
         let bold = if family == "tollgate" { "**" } else { "" };
         let broken: u64 = rows
             .iter()
@@ -653,7 +677,7 @@ pub fn markdown(
             .sum();
         let _ = writeln!(
             md,
-            "| {bold}{name}{bold}{} | {memory} B | {} · {} | {} · {} | {broken} | {attack} | {burst} | {ns} |",
+            "| {bold}{name}{bold}{} | {memory} B | {} · {} | {} · {} | {broken} | {attack} | {burst} |{ns}",
             if family == "peer" { " (peer)" } else { "" },
             over("steady_poisson"),
             over("zipf_sources"),
@@ -673,7 +697,9 @@ pub fn markdown(
          N in any trailing window' exactly, use the sliding log; for a smooth rate with a bounded burst, \
          GCRA with a burst below the limit.\n\nMemory is the state per limiter or key as stored in a keyed table (a single `AtomicLimiter` \
          pads its word to a cache line); the sliding log keeps 8 B per unit of limit. ns/decision comes \
-         from the throughput suite's JSON when given (`--throughput`).\n\n## Per trace\n\n",
+         from the throughput suite's JSON files when given (`--throughput`): with the TSC clock every \
+         decision includes one clock read; with the coarse clock (a cached time) the column is close \
+         to the limiter's own cost.\n\n## Per trace\n\n",
     );
     for trace in traces {
         let _ = writeln!(

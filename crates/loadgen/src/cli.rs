@@ -132,9 +132,10 @@ pub struct AccuracyArgs {
     /// Also write the JSON to this path.
     #[arg(long)]
     pub json: Option<PathBuf>,
-    /// A suite JSON to take ns/decision from (default: `<out>/suite.json` when present).
-    #[arg(long)]
-    pub throughput: Option<PathBuf>,
+    /// Suite JSON files to take ns/decision from, comma-separated, one column each (default:
+    /// `<out>/suite.json` when present).
+    #[arg(long, value_delimiter = ',')]
+    pub throughput: Vec<PathBuf>,
     /// Seed of every trace.
     #[arg(long, default_value_t = 0x70_11_6a_7e)]
     pub seed: u64,

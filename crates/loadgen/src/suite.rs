@@ -409,18 +409,19 @@ pub fn run_accuracy(args: &AccuracyArgs, command: &str) -> Result<(), SuiteError
         scale: args.scale,
     };
     let (traces, rows) = accuracy::run_all(&cfg);
-    let throughput_path = args
-        .throughput
-        .clone()
-        .or_else(|| Some(args.out.join("suite.json")).filter(|p| p.exists()));
-    let speed = match &throughput_path {
-        Some(path) => {
-            let text = fs::read_to_string(path)?;
-            let json: serde_json::Value = serde_json::from_str(&text).map_err(io::Error::other)?;
-            accuracy::throughput_from_suite(&json)
-        }
-        None => Default::default(),
-    };
+    let mut throughput_paths = args.throughput.clone();
+    if throughput_paths.is_empty() {
+        throughput_paths.extend(Some(args.out.join("suite.json")).filter(|p| p.exists()));
+    }
+    let mut speeds = Vec::new();
+    for path in &throughput_paths {
+        let text = fs::read_to_string(path)?;
+        let json: serde_json::Value = serde_json::from_str(&text).map_err(io::Error::other)?;
+        speeds.push((
+            accuracy::clock_of_suite(&json),
+            accuracy::throughput_from_suite(&json),
+        ));
+    }
     let m = Machine::collect();
     let provenance = format!(
         "- command: `{command}`\n- commit: `{}`{} · date: {} · CPU: {} · cores: {}\n- ns/decision from: {}\n",
@@ -429,12 +430,18 @@ pub fn run_accuracy(args: &AccuracyArgs, command: &str) -> Result<(), SuiteError
         m.date_utc,
         m.cpu_model,
         m.cores,
-        throughput_path
-            .as_ref()
-            .map_or("(none)".into(), |p| format!("`{}`", p.display()))
+        if throughput_paths.is_empty() {
+            "(none)".to_owned()
+        } else {
+            throughput_paths
+                .iter()
+                .map(|p| format!("`{}`", p.display()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
     );
     fs::create_dir_all(&args.out)?;
-    let md = accuracy::markdown(&cfg, &traces, &rows, &speed, &provenance);
+    let md = accuracy::markdown(&cfg, &traces, &rows, &speeds, &provenance);
     fs::write(args.out.join("accuracy.md"), &md)?;
     let json = serde_json::json!({
         "header": {
@@ -446,10 +453,10 @@ pub fn run_accuracy(args: &AccuracyArgs, command: &str) -> Result<(), SuiteError
                 "name": t.name, "description": t.description,
                 "requests": t.requests.len(), "sources": t.sources,
             })).collect::<Vec<_>>(),
-            "ns_per_decision_from": throughput_path.map(|p| p.display().to_string()),
+            "ns_per_decision_from": throughput_paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
         },
         "rows": rows,
-        "ns_per_decision": speed.iter().map(|(k, (a, d))| (k.clone(), serde_json::json!({"allow": a, "deny": d}))).collect::<serde_json::Map<_, _>>(),
+        "ns_per_decision": speeds.iter().map(|(clock, speed)| (clock.clone(), speed.iter().map(|(k, (a, d))| (k.clone(), serde_json::json!({"allow": a, "deny": d}))).collect::<serde_json::Map<_, _>>().into())).collect::<serde_json::Map<String, serde_json::Value>>(),
     });
     let json = serde_json::to_string_pretty(&json).map_err(io::Error::other)?;
     fs::write(args.out.join("accuracy.json"), &json)?;
@@ -592,7 +599,7 @@ mod tests {
         let acc = AccuracyArgs {
             out: out.clone(),
             json: None,
-            throughput: None,
+            throughput: vec![out.join("suite.json")],
             seed: 1,
             limit: 10,
             period: std::time::Duration::from_millis(100),
@@ -601,6 +608,7 @@ mod tests {
         run_accuracy(&acc, "test").unwrap();
         let md = std::fs::read_to_string(out.join("accuracy.md")).unwrap();
         assert!(md.contains("| **gcra** |"), "{md}");
+        assert!(md.contains("tsc clock"), "{md}");
         let _ = std::fs::remove_dir_all(&out);
     }
 }
