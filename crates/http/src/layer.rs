@@ -10,7 +10,7 @@ use bytes::Bytes;
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use pin_project_lite::pin_project;
-use tollgate_core::{CheckError, Decision};
+use tollgate_core::Decision;
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -197,6 +197,10 @@ impl<E: KeyExtractor, L, Cf> fmt::Debug for RateLimitLayerBuilder<E, L, Cf> {
 impl<E: KeyExtractor, L: KeyedCheck<E::Key>, Cf> RateLimitLayerBuilder<E, L, Cf> {
     /// The policy for requests no route matches (without one, they pass unlimited). `name` is the
     /// policy name in the `RateLimit` fields.
+    ///
+    /// The policy's fixed field text (`RateLimit-Policy`, tens of bytes) is allocated once and kept
+    /// for the life of the process, so responses share it without reference counting; build layers
+    /// once, not per request.
     ///
     /// # Errors
     /// [`PolicyNameError`] when `name` is not printable ASCII.
@@ -434,9 +438,12 @@ where
             Ok(decision @ Decision::Denied { .. }) => {
                 ResponseFuture::ready(denial(config.headers, &policy.headers, &decision))
             }
-            Err(CheckError::CostExceedsCapacity { .. }) | Err(_) => ResponseFuture::ready(
-                json_response(config.cost_error_status, Bytes::from_static(COST_BODY)),
-            ),
+            // `CostExceedsCapacity` (the only error today): retrying can never pass, so no
+            // Retry-After; any future error kind fails closed the same way.
+            Err(_) => ResponseFuture::ready(json_response(
+                config.cost_error_status,
+                Bytes::from_static(COST_BODY),
+            )),
         }
     }
 }
