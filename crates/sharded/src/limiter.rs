@@ -363,7 +363,11 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         K: Borrow<Q>,
         Q: Hash + ?Sized,
     {
-        self.check_key_at(key, self.clock.now(), cost)
+        let place = self.place(self.hasher.hash_one(key));
+        // Issue the load of the key's home slot (in a large table, usually a cache miss) before
+        // reading the clock, so the clock read overlaps the miss instead of adding to it.
+        let home = self.load(place.base + place.home);
+        self.decide(place, Some(home), self.clock.now(), cost)
     }
 
     /// Decides `cost` units for `key` at `now` (nanoseconds on this limiter's clock).
@@ -376,18 +380,7 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         K: Borrow<Q>,
         Q: Hash + ?Sized,
     {
-        let place = self.place(self.hasher.hash_one(key));
-        loop {
-            match self.scan(place, None) {
-                Scan::Found(index, found) => {
-                    if let Some(result) = self.apply(index, found, now, cost) {
-                        return result;
-                    }
-                    // The slot was re-tagged (the key was evicted) under us: look again.
-                }
-                Scan::Missing { .. } => return self.insert(place, now, cost),
-            }
-        }
+        self.decide(self.place(self.hasher.hash_one(key)), None, now, cost)
     }
 
     /// What [`check_key`](Self::check_key) would decide now, without recording anything.
@@ -412,7 +405,7 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         Q: Hash + ?Sized,
     {
         let place = self.place(self.hasher.hash_one(key));
-        match self.scan(place, Some(now)) {
+        match self.scan(place, None, Some(now)) {
             Scan::Found(_, found) => self
                 .algorithm_for(found.tier())
                 .decide(found.state, now, cost)
@@ -491,7 +484,7 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         Q: Hash + ?Sized,
     {
         let place = self.place(self.hasher.hash_one(key));
-        match self.scan(place, None) {
+        match self.scan(place, None, None) {
             Scan::Found(_, found) => self.algorithm_for(found.tier()).quota(),
             Scan::Missing { .. } => self.algorithm.quota(),
         }
@@ -561,12 +554,36 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
 
     /// Lock-free scan: stops at the key or at the first empty slot (slots are claimed in probe order and
     /// never emptied, so a key is never stored past an empty slot).
-    /// `room` is only worked out when `room_at` is given (peeks); the decision path does not need it.
+    /// The decision path: find the key lock-free and apply, or insert it. `home` is the key's home
+    /// slot if the caller already loaded it.
     #[inline]
-    fn scan(&self, place: Place, room_at: Option<Nanos>) -> Scan {
+    fn decide(
+        &self,
+        place: Place,
+        mut home: Option<SlotWord>,
+        now: Nanos,
+        cost: u64,
+    ) -> Result<Decision, CheckError> {
+        loop {
+            match self.scan(place, home.take(), None) {
+                Scan::Found(index, found) => {
+                    if let Some(result) = self.apply(index, found, now, cost) {
+                        return result;
+                    }
+                    // The slot was re-tagged (the key was evicted) under us: look again.
+                }
+                Scan::Missing { .. } => return self.insert(place, now, cost),
+            }
+        }
+    }
+
+    /// `home`: the home slot's word if already loaded. `room` is only worked out when `room_at` is
+    /// given (peeks); the decision path does not need it.
+    #[inline]
+    fn scan(&self, place: Place, mut home: Option<SlotWord>, room_at: Option<Nanos>) -> Scan {
         let mut room = false;
         for index in self.window_indices(place) {
-            let word = self.load(index);
+            let word = home.take().unwrap_or_else(|| self.load(index));
             if word.is_empty() {
                 return Scan::Missing { room: true };
             }
