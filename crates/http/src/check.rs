@@ -8,7 +8,8 @@ use tollgate_core::{
 };
 use tollgate_sharded::KeyedLimiter;
 
-/// A limiter that decides a cost for a key: what a [`Policy`](crate::Policy) wraps.
+/// A limiter that decides a cost for a key: what each policy of a
+/// [`RateLimitLayer`](crate::RateLimitLayer) wraps.
 ///
 /// Implemented for [`tollgate_sharded::KeyedLimiter`] (one state per key) and for the core single
 /// limiters ([`AtomicLimiter`], [`SlidingLog`]), which ignore the key: a global limit. Implement it
