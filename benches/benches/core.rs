@@ -74,6 +74,11 @@ fn allow(c: &mut Criterion) {
     g.throughput(Throughput::Elements(1));
     let gcra = limiter::<Gcra>(allow_quota::<Gcra>());
     g.bench_function("gcra", |b| b.iter(|| black_box(gcra.check())));
+    // The floor every row above pays: one read of the default clock, no limiter.
+    let clock = tollgate_core::MonotonicClock::new();
+    g.bench_function("clock_only", |b| {
+        b.iter(|| black_box(tollgate_core::Clock::now(&clock)))
+    });
     let leaky = limiter::<LeakyBucket>(allow_quota::<LeakyBucket>());
     g.bench_function("leaky_bucket", |b| b.iter(|| black_box(leaky.check())));
     let fixed = limiter::<FixedWindow>(allow_quota::<FixedWindow>());

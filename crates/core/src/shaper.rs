@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
-use crate::algorithm::gcra::tat_step;
+use crate::algorithm::gcra::TatParams;
 use crate::clock::{Clock, MonotonicClock, Nanos, duration_to_nanos};
 use crate::quota::{Quota, QuotaError};
 use crate::state::AtomicState;
@@ -39,8 +39,7 @@ use crate::state::AtomicState;
 pub struct Shaper<C = MonotonicClock> {
     next_slot: CachePadded<AtomicState>,
     quota: Quota,
-    interval: Nanos,
-    depth: Nanos,
+    params: TatParams,
     max_delay: Nanos,
     clock: C,
 }
@@ -65,8 +64,7 @@ impl<C: Clock> Shaper<C> {
         Ok(Shaper {
             next_slot: CachePadded::new(AtomicState::new(0)),
             quota,
-            interval: quota.emission_interval_nanos(),
-            depth: quota.burst_nanos(),
+            params: TatParams::new(&quota),
             max_delay,
             clock,
         })
@@ -102,11 +100,12 @@ impl<C: Clock> Shaper<C> {
         }
         let (delay, _) = self.next_slot.update(self.next_slot.load(), |tat| {
             // Past the end of the clock's range: no slot can be booked.
-            let step = tat_step(tat, now, cost, self.interval, self.depth).ok_or(
-                ShapeError::QueueFull {
+            let step = self
+                .params
+                .step(tat, now, cost)
+                .ok_or(ShapeError::QueueFull {
                     retry_after: Duration::MAX,
-                },
-            )?;
+                })?;
             let delay = step.allow_at.saturating_sub(now);
             if delay > self.max_delay {
                 return Err(ShapeError::QueueFull {

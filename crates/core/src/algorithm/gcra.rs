@@ -8,6 +8,8 @@
 //! Bound: over any interval of length `d`, admissions total at most `burst + d / T` units, and since
 //! `T` is `period / limit` rounded *up*, that is at most `burst + rate × d`.
 
+use strength_reduce::StrengthReducedU64;
+
 use crate::algorithm::{Algorithm, Transition};
 use crate::clock::Nanos;
 use crate::decision::{CheckError, Decision};
@@ -23,55 +25,72 @@ pub(crate) struct TatStep {
     pub allow_at: Nanos,
 }
 
-/// `cost` units arriving at `now` against `tat`, for emission interval `interval` and bucket depth
-/// `depth` (= burst × interval). `None` when the new TAT would pass the end of the clock's range
-/// (584 years): callers then deny, which fails closed.
-///
-/// `cost × interval` cannot overflow: callers check `cost <= burst`, and `burst × interval` was checked
-/// when the quota was built.
-#[inline]
-pub(crate) fn tat_step(
-    tat: Nanos,
-    now: Nanos,
-    cost: u64,
-    interval: Nanos,
-    depth: Nanos,
-) -> Option<TatStep> {
-    // A TAT in the past means a full bucket: start from now. A TAT ahead of now (including when the
-    // clock went backwards) is kept, so a backwards clock only ever makes us stricter.
-    let new_tat = tat.max(now).checked_add(cost * interval)?;
-    Some(TatStep {
-        new_tat,
-        allow_at: new_tat.saturating_sub(depth),
-    })
+/// GCRA's timing: emission interval `T` and bucket depth `D = burst × T`, in nanoseconds.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TatParams {
+    pub interval: Nanos,
+    pub depth: Nanos,
+    /// Division by `T` as a multiply and shift: a hardware 64-bit divide is the slowest instruction
+    /// on the allow path (tens of cycles), and `remaining` needs one per admission.
+    per_interval: StrengthReducedU64,
 }
 
-/// The decision for a TAT step at `now`: allowed with the tokens left, or denied until `allow_at`.
-#[inline]
-pub(crate) fn tat_transition(
-    tat: Nanos,
-    now: Nanos,
-    cost: u64,
-    interval: Nanos,
-    depth: Nanos,
-) -> Transition {
-    let Some(step) = tat_step(tat, now, cost, interval, depth) else {
-        return Transition::unchanged(Decision::denied(Nanos::MAX, Nanos::MAX));
-    };
-    if now < step.allow_at {
-        return Transition::unchanged(Decision::denied(
-            step.allow_at - now,
-            tat.saturating_sub(now),
-        ));
+impl PartialEq for TatParams {
+    fn eq(&self, other: &Self) -> bool {
+        (self.interval, self.depth) == (other.interval, other.depth)
     }
-    // Here `now <= new_tat <= now + depth`, so neither subtraction wraps.
-    let ahead = step.new_tat - now;
-    let decision = Decision::allowed((depth - ahead) / interval, ahead);
-    if cost == 0 {
-        // Asking for nothing consumes nothing: do not move a stale TAT up to `now`.
-        Transition::unchanged(decision)
-    } else {
-        Transition::allow(decision, step.new_tat)
+}
+
+impl Eq for TatParams {}
+
+impl TatParams {
+    pub fn new(quota: &Quota) -> Self {
+        let interval = quota.emission_interval_nanos();
+        TatParams {
+            interval,
+            depth: quota.burst_nanos(),
+            // `interval >= 1`: checked when the quota was built.
+            per_interval: StrengthReducedU64::new(interval),
+        }
+    }
+
+    /// `cost` units arriving at `now` against `tat`. `None` when the new TAT would pass the end of the
+    /// clock's range (584 years): callers then deny, which fails closed.
+    ///
+    /// `cost × interval` cannot overflow: callers check `cost <= burst`, and `burst × interval` was
+    /// checked when the quota was built.
+    #[inline]
+    pub fn step(&self, tat: Nanos, now: Nanos, cost: u64) -> Option<TatStep> {
+        // A TAT in the past means a full bucket: start from now. A TAT ahead of now (including when
+        // the clock went backwards) is kept, so a backwards clock only ever makes us stricter.
+        let new_tat = tat.max(now).checked_add(cost * self.interval)?;
+        Some(TatStep {
+            new_tat,
+            allow_at: new_tat.saturating_sub(self.depth),
+        })
+    }
+
+    /// The decision for a step at `now`: allowed with the tokens left, or denied until `allow_at`.
+    #[inline]
+    pub fn transition(&self, tat: Nanos, now: Nanos, cost: u64) -> Transition {
+        let Some(step) = self.step(tat, now, cost) else {
+            return Transition::unchanged(Decision::denied(Nanos::MAX, Nanos::MAX));
+        };
+        if now < step.allow_at {
+            return Transition::unchanged(Decision::denied(
+                step.allow_at - now,
+                tat.saturating_sub(now),
+            ));
+        }
+        // Here `now <= new_tat <= now + depth`, so neither subtraction wraps.
+        let ahead = step.new_tat - now;
+        let decision = Decision::allowed((self.depth - ahead) / self.per_interval, ahead);
+        if cost == 0 {
+            // Asking for nothing consumes nothing: do not move a stale TAT up to `now`.
+            Transition::unchanged(decision)
+        } else {
+            Transition::allow(decision, step.new_tat)
+        }
     }
 }
 
@@ -100,19 +119,18 @@ pub(crate) fn tat_transition(
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Gcra {
     quota: Quota,
-    interval: Nanos,
-    depth: Nanos,
+    params: TatParams,
 }
 
 impl Gcra {
     /// The emission interval `T` in nanoseconds.
     pub fn interval(&self) -> Nanos {
-        self.interval
+        self.params.interval
     }
 
     /// The bucket depth `burst × T` in nanoseconds.
     pub fn depth(&self) -> Nanos {
-        self.depth
+        self.params.depth
     }
 }
 
@@ -122,8 +140,7 @@ impl Algorithm for Gcra {
     fn from_quota(quota: Quota) -> Result<Self, QuotaError> {
         Ok(Gcra {
             quota,
-            interval: quota.emission_interval_nanos(),
-            depth: quota.burst_nanos(),
+            params: TatParams::new(&quota),
         })
     }
 
@@ -139,7 +156,7 @@ impl Algorithm for Gcra {
     #[inline]
     fn decide(&self, tat: u64, now: Nanos, cost: u64) -> Result<Transition, CheckError> {
         self.check_cost(cost)?;
-        Ok(tat_transition(tat, now, cost, self.interval, self.depth))
+        Ok(self.params.transition(tat, now, cost))
     }
 
     #[inline]
