@@ -38,7 +38,10 @@ fn run_threads(threads: usize, iters: u64, decide: &(impl Fn() -> bool + Sync)) 
             .collect();
         barrier.wait();
         let start = Instant::now();
-        let allowed: u64 = handles.into_iter().map(|h| h.join().expect("bench thread")).sum();
+        let allowed: u64 = handles
+            .into_iter()
+            .map(|h| h.join().expect("bench thread"))
+            .sum();
         let elapsed = start.elapsed();
         black_box(allowed);
         elapsed

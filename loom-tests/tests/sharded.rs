@@ -61,7 +61,12 @@ fn eviction_racing_an_admission_on_the_evicted_key_loses_nothing_and_never_over_
         // Key 100 goes idle at 1 s; three fillers stay live until 1.5 s; the table is full.
         assert!(limiter.check_key_at(&100, 0, 1).unwrap().is_allowed());
         for filler in 1..=3u64 {
-            assert!(limiter.check_key_at(&filler, SEC / 2, 1).unwrap().is_allowed());
+            assert!(
+                limiter
+                    .check_key_at(&filler, SEC / 2, 1)
+                    .unwrap()
+                    .is_allowed()
+            );
         }
         assert_eq!(limiter.len(), 4);
         // At 1 s: an admission on key 100 races new key 200, whose insert may evict key 100.

@@ -30,7 +30,12 @@ fn race(limiter: &Arc<StripedLimiter<ManualClock>>, plan: &[(usize, &'static [u6
             thread::spawn(move || {
                 costs
                     .iter()
-                    .filter(|&&cost| limiter.check_on_stripe(stripe, 0, cost).unwrap().is_allowed())
+                    .filter(|&&cost| {
+                        limiter
+                            .check_on_stripe(stripe, 0, cost)
+                            .unwrap()
+                            .is_allowed()
+                    })
                     .sum::<u64>()
             })
         })
