@@ -403,3 +403,22 @@ async fn shaper_acquire_async_waits_on_tokio_time() {
     // Paused time auto-advances through the sleeps: at least the two 100 ms gaps passed.
     assert!(start.elapsed() >= Duration::from_millis(200));
 }
+
+#[test]
+fn sliding_window_weighting_is_exact_for_very_long_windows() {
+    // 1 000 hours: count × window overflows a u64, so the weighting takes its 128-bit path.
+    let quota = Quota::per(Duration::from_secs(3600 * 1000), 30_000_000).unwrap();
+    let sw = SlidingWindow::from_quota(quota).unwrap();
+    let w = quota.period_nanos();
+    let word = sw.layout().pack(SlidingState {
+        index: 1,
+        previous: 30_000_000,
+        current: 0,
+    });
+    // A third into window 1: ⌈30 000 000 × 2/3⌉ = 20 000 000 still weigh, so 9 999 999 remain.
+    let t = sw.decide(word, w + w / 3, 1).unwrap();
+    assert_eq!(t.decision.remaining(), 9_999_999);
+    // One nanosecond earlier the weight rounds up to 20 000 001.
+    let t = sw.decide(word, w + w / 3 - 1, 1).unwrap();
+    assert_eq!(t.decision.remaining(), 9_999_998);
+}
