@@ -114,7 +114,7 @@ impl Algorithm for FixedWindow {
     fn decide(&self, word: u64, now: Nanos, cost: u64) -> Result<Transition, CheckError> {
         self.check_cost(cost)?;
         let state = self.layout.unpack(word);
-        let (now_index, _) = self.params.split(now);
+        let now_index = now / self.params.window;
         // A later window starts from zero; a clock gone backwards keeps counting in the stored window.
         let (index, count) = if now_index > state.index {
             (now_index, 0)
@@ -146,6 +146,6 @@ impl Algorithm for FixedWindow {
     #[inline]
     fn is_fresh(&self, word: u64, now: Nanos) -> bool {
         let state = self.layout.unpack(word);
-        state.count == 0 || self.params.split(now).0 > state.index
+        state.count == 0 || now / self.params.window > state.index
     }
 }

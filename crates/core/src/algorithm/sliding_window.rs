@@ -105,6 +105,14 @@ pub struct SlidingWindow {
     layout: SlidingLayout,
 }
 
+/// `⌈previous × (window − elapsed) / window⌉`: the previous window's share still in the trailing window.
+#[inline]
+fn weighted(previous: u64, elapsed: Nanos, window: Nanos) -> u64 {
+    let overlap = u128::from(previous) * u128::from(window - elapsed);
+    // At most `previous`, so it fits back in a u64.
+    overlap.div_ceil(u128::from(window)) as u64
+}
+
 /// The least `elapsed` in a window at which `⌈previous × (window − elapsed) / window⌉ ≤ room`, or
 /// `window` when no instant in the window will do.
 #[inline]
@@ -121,20 +129,6 @@ impl SlidingWindow {
     /// The packing this limiter uses.
     pub fn layout(&self) -> SlidingLayout {
         self.layout
-    }
-
-    /// `⌈previous × (window − elapsed) / window⌉`: the previous window's share still in the trailing
-    /// window.
-    #[inline]
-    fn weighted(&self, previous: u64, elapsed: Nanos) -> u64 {
-        let overlap = self.params.window - elapsed;
-        match previous.checked_mul(overlap) {
-            // Always taken for windows up to about two hours (counts stay below √window).
-            Some(product) => self.params.div_ceil(product),
-            // At most `previous`, so the quotient fits back in a u64.
-            None => (u128::from(previous) * u128::from(overlap))
-                .div_ceil(u128::from(self.params.window)) as u64,
-        }
     }
 
     /// How long, from `elapsed` into the current window, until `cost` fits, given counts that deny it
@@ -190,14 +184,20 @@ impl Algorithm for SlidingWindow {
     fn decide(&self, word: u64, now: Nanos, cost: u64) -> Result<Transition, CheckError> {
         self.check_cost(cost)?;
         let state = self.layout.unpack(word);
-        let (now_index, offset) = self.params.split(now);
+        let now_index = now / self.params.window;
         // `lag` is how far a clock gone backwards sits before the stored window: we then decide as if
         // at that window's start (the previous count at full weight: the strictest reading) and add
         // the lag to the waits we report.
         let (index, previous, current, elapsed, lag) = match now_index.checked_sub(state.index) {
-            Some(0) => (now_index, state.previous, state.current, offset, 0),
-            Some(1) => (now_index, state.current, 0, offset, 0),
-            Some(_) => (now_index, 0, 0, offset, 0),
+            Some(0) => (
+                now_index,
+                state.previous,
+                state.current,
+                now % self.params.window,
+                0,
+            ),
+            Some(1) => (now_index, state.current, 0, now % self.params.window, 0),
+            Some(_) => (now_index, 0, 0, now % self.params.window, 0),
             None => (
                 state.index,
                 state.previous,
@@ -206,7 +206,7 @@ impl Algorithm for SlidingWindow {
                 state.index * self.params.window - now,
             ),
         };
-        let estimate = current + self.weighted(previous, elapsed);
+        let estimate = current + weighted(previous, elapsed, self.params.window);
         if estimate + cost > self.params.limit {
             return Ok(Transition::unchanged(Decision::denied(
                 self.wait(previous, current, elapsed, cost)
@@ -237,7 +237,7 @@ impl Algorithm for SlidingWindow {
     #[inline]
     fn is_fresh(&self, word: u64, now: Nanos) -> bool {
         let state = self.layout.unpack(word);
-        match self.params.split(now).0.checked_sub(state.index) {
+        match (now / self.params.window).checked_sub(state.index) {
             Some(0) | None => state.previous == 0 && state.current == 0,
             Some(1) => state.current == 0,
             Some(_) => true,
