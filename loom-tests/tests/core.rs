@@ -9,8 +9,8 @@ use loom::thread;
 use tollgate_core::algorithm::fixed_window::FixedState;
 use tollgate_core::algorithm::sliding_window::SlidingState;
 use tollgate_core::{
-    Algorithm, AtomicLimiter, FixedWindow, Gcra, Limiter, ManualClock, Nanos, Quota, Shaper,
-    SlidingLog, SlidingWindow,
+    Algorithm, AtomicLimiter, FixedWindow, Gcra, LeakyBucket, Limiter, ManualClock, Nanos, Quota,
+    Shaper, SlidingLog, SlidingWindow,
 };
 
 const SEC: Nanos = 1_000_000_000;
@@ -60,6 +60,30 @@ fn gcra_failed_cas_loses_no_admission() {
         let interval = quota.emission_interval_nanos();
         assert_eq!(l.state_word(), 5 * SEC + 4 * interval);
         assert!(!l.check_at(5 * SEC, 1).unwrap().is_allowed());
+    });
+}
+
+#[test]
+fn leaky_bucket_meter_two_threads_filling_the_last_room_admit_exactly_it() {
+    loom::model(|| {
+        // Capacity 3: one thread pours 2, the other 2; exactly one of them fits after the first.
+        let quota = Quota::per_second(10).unwrap().with_burst(3).unwrap();
+        let bucket = Arc::new(
+            AtomicLimiter::<LeakyBucket, _>::with_clock(quota, ManualClock::new()).unwrap(),
+        );
+        let handles: Vec<_> = (0..2)
+            .map(|_| {
+                let bucket = bucket.clone();
+                thread::spawn(move || bucket.check_at(0, 2).unwrap().is_allowed())
+            })
+            .collect();
+        let admitted = handles
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .filter(|&a| a)
+            .count();
+        assert_eq!(admitted, 1);
+        assert_eq!(bucket.state_word(), 2 * quota.emission_interval_nanos());
     });
 }
 
