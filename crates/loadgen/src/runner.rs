@@ -109,6 +109,45 @@ struct ThreadStats {
     batch: u32,
 }
 
+impl ThreadStats {
+    /// Nothing measured yet.
+    fn empty(batch: u32) -> Self {
+        ThreadStats {
+            decisions: 0,
+            allowed: 0,
+            busy_ns: 0,
+            busy_decisions: 0,
+            elapsed_ns: 0,
+            hist: new_hist(),
+            batches: new_hist(),
+            batch,
+        }
+    }
+
+    /// Forgets the warm-up: the measured phase starts now.
+    fn reset(&mut self) {
+        self.decisions = 0;
+        self.allowed = 0;
+        self.busy_ns = 0;
+        self.busy_decisions = 0;
+        self.hist.reset();
+        self.batches.reset();
+    }
+
+    /// Closes a thread's run: `elapsed_ns` is the measured wall time, or `None` when the thread was
+    /// never scheduled during the measured phase — then nothing of the warm-up may leak into the
+    /// result.
+    fn finish(mut self, elapsed_ns: Option<u64>) -> Self {
+        match elapsed_ns {
+            Some(elapsed_ns) => {
+                self.elapsed_ns = elapsed_ns;
+                self
+            }
+            None => ThreadStats::empty(self.batch),
+        }
+    }
+}
+
 /// The merged result of one run.
 #[derive(Debug, Clone)]
 pub struct RunResult {
@@ -290,16 +329,7 @@ fn closed_loop<T: Target>(
 ) -> ThreadStats {
     let mask = keys.len() - 1;
     let mut idx = 0usize;
-    let mut stats = ThreadStats {
-        decisions: 0,
-        allowed: 0,
-        busy_ns: 0,
-        busy_decisions: 0,
-        elapsed_ns: 0,
-        hist: new_hist(),
-        batches: new_hist(),
-        batch,
-    };
+    let mut stats = ThreadStats::empty(batch);
     let mut measuring = false;
     let mut started = 0;
     loop {
@@ -310,12 +340,7 @@ fn closed_loop<T: Target>(
         }
         if now_phase == MEASURE && !measuring {
             measuring = true;
-            stats.decisions = 0;
-            stats.allowed = 0;
-            stats.busy_ns = 0;
-            stats.busy_decisions = 0;
-            stats.hist.reset();
-            stats.batches.reset();
+            stats.reset();
             started = timer.raw();
         }
         let mut ok = 0u64;
@@ -340,22 +365,7 @@ fn closed_loop<T: Target>(
         let sample = timer.ns(s0, s1).saturating_sub(timer.overhead_ns).max(1);
         stats.hist.saturating_record(sample);
     }
-    if measuring {
-        stats.elapsed_ns = timer.ns(started, timer.raw());
-    } else {
-        // Never scheduled during the measured phase: nothing of the warm-up may leak into the result.
-        stats = ThreadStats {
-            decisions: 0,
-            allowed: 0,
-            busy_ns: 0,
-            busy_decisions: 0,
-            elapsed_ns: 0,
-            hist: new_hist(),
-            batches: new_hist(),
-            batch: stats.batch,
-        };
-    }
-    stats
+    stats.finish(measuring.then(|| timer.ns(started, timer.raw())))
 }
 
 /// Decisions on a fixed schedule, one every `interval_ns` per thread. Each is timed alone; a
@@ -370,16 +380,7 @@ fn open_loop<T: Target>(
 ) -> ThreadStats {
     let mask = keys.len() - 1;
     let mut idx = 0usize;
-    let mut stats = ThreadStats {
-        decisions: 0,
-        allowed: 0,
-        busy_ns: 0,
-        busy_decisions: 0,
-        elapsed_ns: 0,
-        hist: new_hist(),
-        batches: new_hist(),
-        batch: 0,
-    };
+    let mut stats = ThreadStats::empty(0);
     let origin = timer.raw();
     let mut next = 0u64;
     let mut measuring = false;
@@ -392,11 +393,7 @@ fn open_loop<T: Target>(
         }
         if now_phase == MEASURE && !measuring {
             measuring = true;
-            stats.decisions = 0;
-            stats.allowed = 0;
-            stats.busy_ns = 0;
-            stats.busy_decisions = 0;
-            stats.hist.reset();
+            stats.reset();
             started = timer.raw();
         }
         if timer.ns(origin, timer.raw()) < next {
@@ -418,22 +415,7 @@ fn open_loop<T: Target>(
         // which the report's sample count shows.
         let _ = stats.hist.record_correct(service, interval_ns);
     }
-    if measuring {
-        stats.elapsed_ns = timer.ns(started, timer.raw());
-    } else {
-        // Never scheduled during the measured phase: nothing of the warm-up may leak into the result.
-        stats = ThreadStats {
-            decisions: 0,
-            allowed: 0,
-            busy_ns: 0,
-            busy_decisions: 0,
-            elapsed_ns: 0,
-            hist: new_hist(),
-            batches: new_hist(),
-            batch: stats.batch,
-        };
-    }
-    stats
+    stats.finish(measuring.then(|| timer.ns(started, timer.raw())))
 }
 
 #[cfg(test)]
