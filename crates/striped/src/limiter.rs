@@ -409,21 +409,7 @@ impl<C: Clock> StripedLimiter<C> {
         }
         let give_back = (alive > 0).then(|| (end - alive * self.interval.nanos(), end));
         let want = size.max(cost);
-        let outcome = self
-            .shared
-            .update(self.shared.load(), |tat| {
-                Ok::<_, std::convert::Infallible>(grant(
-                    tat,
-                    now,
-                    cost,
-                    want,
-                    give_back,
-                    self.interval,
-                    self.depth,
-                ))
-            })
-            .map(|(result, _)| result)
-            .unwrap_or_else(|never| match never {});
+        let outcome = self.take(now, cost, want, give_back);
         match outcome {
             Grant::Granted {
                 base,
@@ -464,24 +450,29 @@ impl<C: Clock> StripedLimiter<C> {
         }
     }
 
-    /// Decides `cost` on the shared state alone (no lease): for costs above the lease size and for
-    /// stripes whose lease is being replaced.
-    fn direct(&self, now: Nanos, cost: u64) -> Decision {
-        let outcome = self
-            .shared
+    /// One CAS on the shared GCRA word: gives back `give_back` (if still on top) and grants up to
+    /// `want` units, at least `cost` (see [`grant`]).
+    fn take(&self, now: Nanos, cost: u64, want: u64, give_back: Option<(Nanos, Nanos)>) -> Grant {
+        self.shared
             .update(self.shared.load(), |tat| {
                 Ok::<_, std::convert::Infallible>(grant(
                     tat,
                     now,
                     cost,
-                    cost,
-                    None,
+                    want,
+                    give_back,
                     self.interval,
                     self.depth,
                 ))
             })
             .map(|(result, _)| result)
-            .unwrap_or_else(|never| match never {});
+            .unwrap_or_else(|never| match never {})
+    }
+
+    /// Decides `cost` on the shared state alone (no lease): for costs above the lease size and for
+    /// stripes whose lease is being replaced.
+    fn direct(&self, now: Nanos, cost: u64) -> Decision {
+        let outcome = self.take(now, cost, cost, None);
         match outcome {
             Grant::Granted { base, units, .. } => {
                 let tat = base + units * self.interval.nanos();
