@@ -9,6 +9,7 @@ use common::RedisServer;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use redis::aio::MultiplexedConnection;
+use tokio::task::JoinHandle;
 use tollgate_core::algorithm::Algorithm;
 use tollgate_core::algorithm::fixed_window::FixedState;
 use tollgate_core::algorithm::sliding_window::SlidingState;
@@ -41,6 +42,46 @@ fn manager(server: &RedisServer, config: &RedisConfig) -> ConnectionManager {
     connect(&server.url(), config).unwrap()
 }
 
+/// Leases of `size` units spendable for `ttl`, 16 keys, minimum grant 1.
+fn lease(size: u64, ttl: Duration) -> LeaseConfig {
+    LeaseConfig {
+        size,
+        ttl,
+        max_keys: 16,
+        min_grant: 1,
+    }
+}
+
+/// A leased limiter on its own connection with the tests' [`config`].
+fn leased_limiter(server: &RedisServer, quota: Quota, lease: LeaseConfig) -> LeasedLimiter {
+    let cfg = config();
+    LeasedLimiter::new(manager(server, &cfg), quota, cfg, lease).unwrap()
+}
+
+/// Calls `check` `n` times in sequence and counts the admissions (every call must answer).
+async fn admitted<F, Fut>(n: usize, mut check: F) -> u64
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Decision, Error>>,
+{
+    let mut admitted = 0;
+    for _ in 0..n {
+        if check().await.unwrap().is_allowed() {
+            admitted += 1;
+        }
+    }
+    admitted
+}
+
+/// Waits for every task and sums what they admitted.
+async fn total(tasks: Vec<JoinHandle<u64>>) -> u64 {
+    let mut admitted = 0;
+    for t in tasks {
+        admitted += t.await.unwrap();
+    }
+    admitted
+}
+
 /// The core's decision with durations rounded up to whole µs (what the µs scripts report).
 fn round_up_us(d: Decision) -> Decision {
     let up = |d: Duration| Duration::from_micros(d.as_nanos().div_ceil(1000) as u64);
@@ -65,8 +106,17 @@ fn round_up_us(d: Decision) -> Decision {
 /// One algorithm as the trace test sees it: the core model plus its state in the script's form.
 trait Model: Algorithm {
     const KIND: RedisAlgorithm;
-    /// The Redis commands that store core `word` in the script's representation.
-    fn seed(&self, key: &str, word: u64) -> redis::Pipeline;
+    /// Adds to `p` the commands that store nonzero core `word` in the script's representation.
+    fn store(&self, p: &mut redis::Pipeline, key: &str, word: u64);
+    /// The Redis commands that store core `word` in the script's representation (0: no key).
+    fn seed(&self, key: &str, word: u64) -> redis::Pipeline {
+        let mut p = redis::pipe();
+        p.atomic().del(key).ignore();
+        if word != 0 {
+            self.store(&mut p, key, word);
+        }
+        p
+    }
     /// Reads the script's state back as a core word (`None`: no key).
     fn read(&self, values: &[Option<u64>]) -> Option<u64>;
     /// The fields to read.
@@ -77,14 +127,9 @@ trait Model: Algorithm {
 
 impl Model for Gcra {
     const KIND: RedisAlgorithm = RedisAlgorithm::Gcra;
-    fn seed(&self, key: &str, word: u64) -> redis::Pipeline {
-        let mut p = redis::pipe();
-        p.atomic().del(key).ignore();
-        if word != 0 {
-            assert_eq!(word % 1000, 0, "core TAT not µs-aligned");
-            p.set(key, word / 1000).ignore();
-        }
-        p
+    fn store(&self, p: &mut redis::Pipeline, key: &str, word: u64) {
+        assert_eq!(word % 1000, 0, "core TAT not µs-aligned");
+        p.set(key, word / 1000).ignore();
     }
     fn read(&self, values: &[Option<u64>]) -> Option<u64> {
         values[0].map(|tat| tat * 1000)
@@ -99,15 +144,10 @@ impl Model for Gcra {
 
 impl Model for FixedWindow {
     const KIND: RedisAlgorithm = RedisAlgorithm::FixedWindow;
-    fn seed(&self, key: &str, word: u64) -> redis::Pipeline {
-        let mut p = redis::pipe();
-        p.atomic().del(key).ignore();
-        if word != 0 {
-            let s = self.layout().unpack(word);
-            p.hset_multiple(key, &[("i", s.index), ("c", s.count)])
-                .ignore();
-        }
-        p
+    fn store(&self, p: &mut redis::Pipeline, key: &str, word: u64) {
+        let s = self.layout().unpack(word);
+        p.hset_multiple(key, &[("i", s.index), ("c", s.count)])
+            .ignore();
     }
     fn read(&self, v: &[Option<u64>]) -> Option<u64> {
         Some(self.layout().pack(FixedState {
@@ -126,15 +166,10 @@ impl Model for FixedWindow {
 
 impl Model for SlidingWindow {
     const KIND: RedisAlgorithm = RedisAlgorithm::SlidingWindow;
-    fn seed(&self, key: &str, word: u64) -> redis::Pipeline {
-        let mut p = redis::pipe();
-        p.atomic().del(key).ignore();
-        if word != 0 {
-            let s = self.layout().unpack(word);
-            p.hset_multiple(key, &[("i", s.index), ("p", s.previous), ("c", s.current)])
-                .ignore();
-        }
-        p
+    fn store(&self, p: &mut redis::Pipeline, key: &str, word: u64) {
+        let s = self.layout().unpack(word);
+        p.hset_multiple(key, &[("i", s.index), ("p", s.previous), ("c", s.current)])
+            .ignore();
     }
     fn read(&self, v: &[Option<u64>]) -> Option<u64> {
         Some(self.layout().pack(SlidingState {
@@ -308,24 +343,25 @@ fn window_quota(rng: &mut StdRng, round: usize) -> Quota {
     Quota::per(Duration::from_micros(window_us), limit).unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fixed_window_script_agrees_with_core_on_random_traces() {
+/// 12 rounds of [`trace`] for a window algorithm, each on a fresh [`window_quota`] and key
+/// `{name}{round}`.
+async fn window_traces<M: Model>(seed: u64, name: &str) {
     let server = RedisServer::start();
-    let mut rng = StdRng::seed_from_u64(7);
+    let mut rng = StdRng::seed_from_u64(seed);
     for round in 0..12 {
-        let fw = FixedWindow::from_quota(window_quota(&mut rng, round)).unwrap();
-        trace(&server, fw, &mut rng, 300, &format!("fw{round}")).await;
+        let model = M::from_quota(window_quota(&mut rng, round)).unwrap();
+        trace(&server, model, &mut rng, 300, &format!("{name}{round}")).await;
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fixed_window_script_agrees_with_core_on_random_traces() {
+    window_traces::<FixedWindow>(7, "fw").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sliding_window_script_agrees_with_core_on_random_traces() {
-    let server = RedisServer::start();
-    let mut rng = StdRng::seed_from_u64(8);
-    for round in 0..12 {
-        let sw = SlidingWindow::from_quota(window_quota(&mut rng, round)).unwrap();
-        trace(&server, sw, &mut rng, 300, &format!("sw{round}")).await;
-    }
+    window_traces::<SlidingWindow>(8, "sw").await;
 }
 
 /// A lease of `g` units is exactly a GCRA admission of cost `g`, for the largest `g <= k` that fits.
@@ -335,14 +371,8 @@ async fn lease_grants_match_core_gcra() {
     let mut rng = StdRng::seed_from_u64(9);
     let quota = Quota::per_second(1000).unwrap().with_burst(50).unwrap();
     let gcra = Gcra::from_quota(quota).unwrap();
-    let cfg = config();
-    let lease = LeaseConfig {
-        size: 7,
-        ttl: Duration::from_nanos(1), // every call goes to Redis
-        max_keys: 16,
-        min_grant: 1,
-    };
-    let limiter = LeasedLimiter::new(manager(&server, &cfg), quota, cfg, lease).unwrap();
+    // A 1 ns lease TTL: every call goes to Redis.
+    let limiter = leased_limiter(&server, quota, lease(7, Duration::from_nanos(1)));
     let mut tat = 0u64;
     let mut now_us = EPOCH_US;
     let mut leased = 0;
@@ -394,26 +424,12 @@ async fn instances_sharing_redis_never_exceed_the_quota() {
             for _task in 0..8 {
                 let limiter = Arc::clone(&limiter);
                 tasks.push(tokio::spawn(async move {
-                    let mut admitted = 0;
-                    for _ in 0..20 {
-                        let key = format!("shared-{algorithm:?}");
-                        if limiter
-                            .try_check_at(&key, now, 1)
-                            .await
-                            .unwrap()
-                            .is_allowed()
-                        {
-                            admitted += 1;
-                        }
-                    }
-                    admitted
+                    let key = format!("shared-{algorithm:?}");
+                    admitted(20, || limiter.try_check_at(&key, now, 1)).await
                 }));
             }
         }
-        let mut admitted = 0;
-        for t in tasks {
-            admitted += t.await.unwrap();
-        }
+        let admitted = total(tasks).await;
         // 640 requests for 100 units: all 100 go, none more.
         assert_eq!(admitted, 100, "{algorithm:?}");
     }
@@ -421,41 +437,23 @@ async fn instances_sharing_redis_never_exceed_the_quota() {
     // Leased instances: every unit admitted came from the bucket, none stranded at a frozen instant.
     let now = (EPOCH_US + 99) * 1000;
     let gcra = Quota::per_minute(100).unwrap();
-    let lease = LeaseConfig {
-        size: 10,
-        ttl: Duration::from_secs(1),
-        max_keys: 16,
-        min_grant: 1,
-    };
     let mut tasks = Vec::new();
     let mut instances = Vec::new();
     for _ in 0..4 {
-        let cfg = config();
-        let limiter =
-            Arc::new(LeasedLimiter::new(manager(&server, &cfg), gcra, cfg, lease).unwrap());
+        let limiter = Arc::new(leased_limiter(
+            &server,
+            gcra,
+            lease(10, Duration::from_secs(1)),
+        ));
         instances.push(Arc::clone(&limiter));
         for _ in 0..8 {
             let limiter = Arc::clone(&limiter);
             tasks.push(tokio::spawn(async move {
-                let mut admitted = 0;
-                for _ in 0..20 {
-                    if limiter
-                        .try_check_at("leased", now, 1)
-                        .await
-                        .unwrap()
-                        .is_allowed()
-                    {
-                        admitted += 1;
-                    }
-                }
-                admitted
+                admitted(20, || limiter.try_check_at("leased", now, 1)).await
             }));
         }
     }
-    let mut admitted = 0;
-    for t in tasks {
-        admitted += t.await.unwrap();
-    }
+    let admitted = total(tasks).await;
     assert_eq!(admitted, 100);
     let leased: u64 = instances.iter().map(|l| l.stats_at(now).leased).sum();
     assert_eq!(leased, 100);
@@ -476,20 +474,11 @@ async fn instances_on_server_time_stay_within_the_gcra_bound() {
         for _ in 0..4 {
             let limiter = Arc::clone(&limiter);
             tasks.push(tokio::spawn(async move {
-                let mut admitted = 0u64;
-                for _ in 0..400 {
-                    if limiter.try_check("rt", 1).await.unwrap().is_allowed() {
-                        admitted += 1;
-                    }
-                }
-                admitted
+                admitted(400, || limiter.try_check("rt", 1)).await
             }));
         }
     }
-    let mut admitted = 0;
-    for t in tasks {
-        admitted += t.await.unwrap();
-    }
+    let admitted = total(tasks).await;
     let end: (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await.unwrap();
     let elapsed_us = server_us(end) - server_us(start);
     let bound = 20 + elapsed_us / 500 + 1;
@@ -506,9 +495,8 @@ async fn scripts_reload_after_script_flush() {
     let mut conn = raw(&server).await;
     let cfg = config();
     let quota = Quota::per_second(10).unwrap();
-    let gcra = RedisLimiter::gcra(manager(&server, &cfg), quota, cfg.clone()).unwrap();
-    let lease =
-        LeasedLimiter::new(manager(&server, &cfg), quota, cfg, LeaseConfig::default()).unwrap();
+    let gcra = RedisLimiter::gcra(manager(&server, &cfg), quota, cfg).unwrap();
+    let lease = leased_limiter(&server, quota, LeaseConfig::default());
     assert!(gcra.try_check("k", 1).await.unwrap().is_allowed());
     assert!(lease.try_check("l", 1).await.unwrap().is_allowed());
     assert_eq!(
@@ -562,12 +550,7 @@ async fn redis_down_applies_the_policy_then_recovers() {
         manager(&server, &open_cfg),
         quota,
         open_cfg,
-        LeaseConfig {
-            size: 5,
-            ttl: Duration::from_secs(60),
-            max_keys: 16,
-            min_grant: 1,
-        },
+        lease(5, Duration::from_secs(60)),
     )
     .unwrap();
     assert!(closed.try_check("a", 1).await.unwrap().is_allowed());
@@ -692,23 +675,12 @@ async fn lease_mode_serves_locally_and_caches_denials() {
         manager(&server, &cfg),
         quota,
         cfg,
-        LeaseConfig {
-            size: 4,
-            ttl: Duration::from_secs(10),
-            max_keys: 16,
-            min_grant: 1,
-        },
+        lease(4, Duration::from_secs(10)),
         clock.clone(),
     )
     .unwrap();
     let now: Nanos = EPOCH_US * 1000;
-    let mut admitted = 0;
-    for _ in 0..30 {
-        if leased.try_check_at("k", now, 1).await.unwrap().is_allowed() {
-            admitted += 1;
-        }
-    }
-    assert_eq!(admitted, 10);
+    assert_eq!(admitted(30, || leased.try_check_at("k", now, 1)).await, 10);
     let s = leased.stats_at(now);
     assert_eq!((s.leased, s.admitted), (10, 10));
     // 3 full leases of 4, minus... : calls = ceil(10 / 4) grants + 1 refused; the other 19 denials
@@ -725,29 +697,18 @@ async fn lease_mode_serves_locally_and_caches_denials() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn min_grant_waits_for_a_worthwhile_lease_without_losing_capacity() {
     let server = RedisServer::start();
-    let cfg = config();
     let quota = Quota::per_second(10).unwrap(); // burst 10, one unit per 100 ms
-    let leased = LeasedLimiter::new(
-        manager(&server, &cfg),
+    let leased = leased_limiter(
+        &server,
         quota,
-        cfg,
         LeaseConfig {
-            size: 4,
-            ttl: Duration::from_secs(10),
-            max_keys: 16,
             min_grant: 4,
+            ..lease(4, Duration::from_secs(10))
         },
-    )
-    .unwrap();
+    );
     let now: Nanos = EPOCH_US * 1000;
-    let mut admitted = 0;
-    for _ in 0..10 {
-        if leased.try_check_at("k", now, 1).await.unwrap().is_allowed() {
-            admitted += 1;
-        }
-    }
     // Two leases of 4; the last 2 units stay in the bucket until 4 are there: 200 ms later.
-    assert_eq!(admitted, 8);
+    assert_eq!(admitted(10, || leased.try_check_at("k", now, 1)).await, 8);
     let d = leased.try_check_at("k", now, 1).await.unwrap();
     assert_eq!(d.retry_after(), Some(Duration::from_millis(200)));
     let later = now + 200_000_000;
@@ -765,20 +726,8 @@ async fn min_grant_waits_for_a_worthwhile_lease_without_losing_capacity() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lease_leftovers_carry_into_the_next_lease_for_larger_costs() {
     let server = RedisServer::start();
-    let cfg = config();
     let quota = Quota::per_second(10).unwrap(); // burst 10
-    let leased = LeasedLimiter::new(
-        manager(&server, &cfg),
-        quota,
-        cfg,
-        LeaseConfig {
-            size: 4,
-            ttl: Duration::from_secs(10),
-            max_keys: 16,
-            min_grant: 1,
-        },
-    )
-    .unwrap();
+    let leased = leased_limiter(&server, quota, lease(4, Duration::from_secs(10)));
     let now: Nanos = EPOCH_US * 1000;
     let check = |cost| leased.try_check_at("k", now, cost);
     assert_eq!(check(1).await.unwrap().remaining(), 3); // lease 4
@@ -838,19 +787,15 @@ async fn a_stalled_server_times_out_then_answers_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_keys_are_pruned_from_the_local_table() {
     let server = RedisServer::start();
-    let cfg = config();
-    let leased = LeasedLimiter::new(
-        manager(&server, &cfg),
-        Quota::per_second(10).unwrap(),
-        cfg,
+    let quota = Quota::per_second(10).unwrap();
+    let leased = leased_limiter(
+        &server,
+        quota,
         LeaseConfig {
-            size: 2,
-            ttl: Duration::from_millis(1),
             max_keys: 32,
-            min_grant: 1,
+            ..lease(2, Duration::from_millis(1))
         },
-    )
-    .unwrap();
+    );
     let mut now: Nanos = EPOCH_US * 1000;
     for i in 0..300 {
         now += 2_000_000; // each earlier key's lease has lapsed
@@ -869,18 +814,7 @@ async fn idle_keys_are_pruned_from_the_local_table() {
         leased.tracked_keys()
     );
     // Live leases are never pruned.
-    let live = LeasedLimiter::new(
-        manager(&server, &config()),
-        Quota::per_second(10).unwrap(),
-        config(),
-        LeaseConfig {
-            size: 2,
-            ttl: Duration::from_secs(60),
-            max_keys: 16,
-            min_grant: 1,
-        },
-    )
-    .unwrap();
+    let live = leased_limiter(&server, quota, lease(2, Duration::from_secs(60)));
     for i in 0..100 {
         assert!(live.try_check_at(&format!("live{i}"), now, 1).await.is_ok());
     }

@@ -1,11 +1,6 @@
 -- GCRA. KEYS[1]: the key (string: the TAT in microseconds). ARGV: now_us or '', cost, peek (0/1),
 -- interval_us, depth_us. Reply: {allowed, remaining, retry_after_us, reset_after_us}; -1 = never.
-local key = KEYS[1]
-local now = now_us()
-local cost = tonumber(ARGV[2])
-local peek = ARGV[3] == '1'
-local interval = tonumber(ARGV[4])
-local depth = tonumber(ARGV[5])
+local key, now, cost, peek, interval, depth = decision_args()
 local tat = tonumber(redis.call('GET', key) or '0')
 local new_tat = math.max(tat, now) + cost * interval
 if new_tat >= LIMIT then

@@ -34,6 +34,11 @@ local function now_us()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
+local function decision_args()
+  -- The decision scripts' arguments: KEYS[1] the key; ARGV now_us or '', cost, peek (0/1), and two
+  -- parameters of the algorithm. Returns key, now, cost, peek (boolean), param1, param2.
+  return KEYS[1], now_us(), tonumber(ARGV[2]), ARGV[3] == '1', tonumber(ARGV[4]), tonumber(ARGV[5])
+end
 local function expire_in(key, us)
   -- Keep the key `us` microseconds more, rounded up to whole milliseconds (never expires early).
   redis.call('PEXPIRE', key, str(math.max(cdiv(us, 1000), 1)))
