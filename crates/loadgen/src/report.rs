@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
+use plotters::coord::ranged1d::AsRangedCoord;
 use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -308,6 +309,66 @@ const PALETTE: [RGBColor; 14] = [
     RGBColor(197, 176, 213),
 ];
 
+/// What differs between the report's plots around their data: file size, caption, label areas and
+/// the legend's corner.
+struct Frame<'a> {
+    size: (u32, u32),
+    caption: &'a str,
+    caption_px: i32,
+    x_label_area: u32,
+    y_label_area: u32,
+    legend: SeriesLabelPosition,
+}
+
+/// A chart drawn into an SVG file, with `X` and `Y` coordinates.
+type SvgChart<'a, 'b, X, Y> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<X, Y>>;
+
+/// Draws one plot to `path`: a white canvas, the frame's caption and label areas over `x` × `y`,
+/// whatever `body` draws (mesh and series), then the legend in the frame's corner.
+fn draw_plot<X: AsRangedCoord, Y: AsRangedCoord>(
+    path: &Path,
+    frame: Frame<'_>,
+    x: X,
+    y: Y,
+    body: impl FnOnce(&mut SvgChart<'_, '_, X::CoordDescType, Y::CoordDescType>) -> PlotResult,
+) -> PlotResult {
+    let root = SVGBackend::new(path, frame.size).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(frame.caption, ("sans-serif", frame.caption_px))
+        .margin(10)
+        .x_label_area_size(frame.x_label_area)
+        .y_label_area_size(frame.y_label_area)
+        .build_cartesian_2d(x, y)?;
+    body(&mut chart)?;
+    chart
+        .configure_series_labels()
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.8))
+        .position(frame.legend)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
+
+/// Draws a line through `points` in `style`, with a short stroke of that style in the legend.
+fn labelled_line<X, Y>(
+    chart: &mut SvgChart<'_, '_, X, Y>,
+    points: impl IntoIterator<Item = (f64, f64)>,
+    style: ShapeStyle,
+    label: String,
+) -> PlotResult
+where
+    X: Ranged<ValueType = f64>,
+    Y: Ranged<ValueType = f64>,
+{
+    chart
+        .draw_series(LineSeries::new(points, style))?
+        .label(label)
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 15, y)], style));
+    Ok(())
+}
+
 /// Horizontal bars: ns/decision per implementation (closed loop, 1 thread, allow and deny).
 pub fn plot_ns_per_decision(records: &[Record], path: &Path) -> PlotResult {
     let allow = headline(records, "allow", 1);
@@ -330,63 +391,56 @@ pub fn plot_ns_per_decision(records: &[Record], path: &Path) -> PlotResult {
         .map(|(_, a, d)| a.max(d.unwrap_or(0.0)))
         .fold(1.0, f64::max);
     let n = rows.len();
-    let root = SVGBackend::new(path, (900, 80 + 34 * n as u32)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption("ns per decision, 1 thread, closed loop", ("sans-serif", 20))
-        .margin(10)
-        .x_label_area_size(35)
-        .y_label_area_size(230)
-        .build_cartesian_2d(0.0..max * 1.1, 0.0..n as f64)?;
-    chart
-        .configure_mesh()
-        .disable_y_mesh()
-        .y_labels(n * 2 + 1)
-        .y_label_formatter(&|y| {
-            let i = (n as f64 - y - 0.5).round();
-            if (y - y.floor() - 0.5).abs() < 0.01 && i >= 0.0 && (i as usize) < n {
-                rows[i as usize].0.clone()
-            } else {
-                String::new()
-            }
-        })
-        .x_desc("ns / decision (lower is better)")
-        .draw()?;
-    for (i, (_, a, d)) in rows.iter().enumerate() {
-        let top = n as f64 - i as f64;
-        chart.draw_series(std::iter::once(Rectangle::new(
-            [(0.0, top - 0.15), (*a, top - 0.5)],
-            PALETTE[0].filled(),
-        )))?;
-        if let Some(d) = d {
+    let frame = Frame {
+        size: (900, 80 + 34 * n as u32),
+        caption: "ns per decision, 1 thread, closed loop",
+        caption_px: 20,
+        x_label_area: 35,
+        y_label_area: 230,
+        legend: SeriesLabelPosition::LowerRight,
+    };
+    draw_plot(path, frame, 0.0..max * 1.1, 0.0..n as f64, |chart| {
+        chart
+            .configure_mesh()
+            .disable_y_mesh()
+            .y_labels(n * 2 + 1)
+            .y_label_formatter(&|y| {
+                let i = (n as f64 - y - 0.5).round();
+                if (y - y.floor() - 0.5).abs() < 0.01 && i >= 0.0 && (i as usize) < n {
+                    rows[i as usize].0.clone()
+                } else {
+                    String::new()
+                }
+            })
+            .x_desc("ns / decision (lower is better)")
+            .draw()?;
+        for (i, (_, a, d)) in rows.iter().enumerate() {
+            let top = n as f64 - i as f64;
             chart.draw_series(std::iter::once(Rectangle::new(
-                [(0.0, top - 0.5), (*d, top - 0.85)],
-                PALETTE[1].filled(),
+                [(0.0, top - 0.15), (*a, top - 0.5)],
+                PALETTE[0].filled(),
             )))?;
+            if let Some(d) = d {
+                chart.draw_series(std::iter::once(Rectangle::new(
+                    [(0.0, top - 0.5), (*d, top - 0.85)],
+                    PALETTE[1].filled(),
+                )))?;
+            }
         }
-    }
-    chart
-        .draw_series(std::iter::once(Rectangle::new(
-            [(0.0, 0.0), (0.0, 0.0)],
-            PALETTE[0].filled(),
-        )))?
-        .label("allow mode")
-        .legend(|(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], PALETTE[0].filled()));
-    chart
-        .draw_series(std::iter::once(Rectangle::new(
-            [(0.0, 0.0), (0.0, 0.0)],
-            PALETTE[1].filled(),
-        )))?
-        .label("deny mode")
-        .legend(|(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], PALETTE[1].filled()));
-    chart
-        .configure_series_labels()
-        .border_style(BLACK)
-        .background_style(WHITE.mix(0.8))
-        .position(SeriesLabelPosition::LowerRight)
-        .draw()?;
-    root.present()?;
-    Ok(())
+        // Empty bars that only carry the two legend entries.
+        for (label, color) in [("allow mode", PALETTE[0]), ("deny mode", PALETTE[1])] {
+            chart
+                .draw_series(std::iter::once(Rectangle::new(
+                    [(0.0, 0.0), (0.0, 0.0)],
+                    color.filled(),
+                )))?
+                .label(label)
+                .legend(move |(x, y)| {
+                    Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled())
+                });
+        }
+        Ok(())
+    })
 }
 
 /// Latency percentile curves (x: number of nines), closed loop, allow mode, 1 thread.
@@ -397,55 +451,42 @@ pub fn plot_percentiles(records: &[Record], path: &Path) -> PlotResult {
     }
     let nines = |q: f64| if q >= 1.0 { 5.0 } else { -(1.0 - q).log10() };
     let max = rows.iter().map(|r| r.max_ns).max().unwrap_or(1).max(10) as f64;
-    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            "single-decision latency by percentile, 1 thread, closed loop, allow mode",
-            ("sans-serif", 18),
-        )
-        .margin(10)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
-        .build_cartesian_2d(0.25f64..5.1f64, (1f64..max * 2.0).log_scale())?;
-    chart
-        .configure_mesh()
-        .x_labels(6)
-        .x_label_formatter(&|x| match x.round() as i64 {
-            0 => "p0".into(),
-            1 => "p90".into(),
-            2 => "p99".into(),
-            3 => "p99.9".into(),
-            4 => "p99.99".into(),
-            5 => "max".into(),
-            _ => String::new(),
-        })
-        .y_label_formatter(&|y| format!("{y:.0}"))
-        .x_desc("percentile")
-        .y_desc("ns (log)")
-        .draw()?;
-    for (i, r) in rows.iter().enumerate() {
-        let color = PALETTE[i % PALETTE.len()];
+    let frame = Frame {
+        size: (900, 560),
+        caption: "single-decision latency by percentile, 1 thread, closed loop, allow mode",
+        caption_px: 18,
+        x_label_area: 40,
+        y_label_area: 60,
+        legend: SeriesLabelPosition::UpperLeft,
+    };
+    let y = (1f64..max * 2.0).log_scale();
+    draw_plot(path, frame, 0.25f64..5.1f64, y, |chart| {
         chart
-            .draw_series(LineSeries::new(
-                r.percentiles
-                    .iter()
-                    .map(|&(q, v)| (nines(q), v.max(1) as f64)),
-                color.stroke_width(2),
-            ))?
-            .label(r.imp.clone())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 15, y)], color.stroke_width(2))
-            });
-    }
-    chart
-        .configure_series_labels()
-        .border_style(BLACK)
-        .background_style(WHITE.mix(0.8))
-        .position(SeriesLabelPosition::UpperLeft)
-        .draw()?;
-    root.present()?;
-    Ok(())
+            .configure_mesh()
+            .x_labels(6)
+            .x_label_formatter(&|x| match x.round() as i64 {
+                0 => "p0".into(),
+                1 => "p90".into(),
+                2 => "p99".into(),
+                3 => "p99.9".into(),
+                4 => "p99.99".into(),
+                5 => "max".into(),
+                _ => String::new(),
+            })
+            .y_label_formatter(&|y| format!("{y:.0}"))
+            .x_desc("percentile")
+            .y_desc("ns (log)")
+            .draw()?;
+        for (i, r) in rows.iter().enumerate() {
+            let points = r
+                .percentiles
+                .iter()
+                .map(|&(q, v)| (nines(q), v.max(1) as f64));
+            let style = PALETTE[i % PALETTE.len()].stroke_width(2);
+            labelled_line(chart, points, style, r.imp.clone())?;
+        }
+        Ok(())
+    })
 }
 
 /// Throughput against thread count, closed loop, one line per (implementation, scenario).
@@ -487,58 +528,46 @@ pub fn plot_throughput(records: &[Record], path: &Path) -> PlotResult {
         .iter()
         .flat_map(|(_, p)| p.iter().map(|x| x.1))
         .fold(1.0, f64::max);
-    let root = SVGBackend::new(path, (900, 600)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            "throughput vs threads, closed loop, allow mode",
-            ("sans-serif", 20),
-        )
-        .margin(10)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
-        .build_cartesian_2d(0.8f64..max_threads as f64 * 1.6, 0f64..max_y * 1.1)?;
-    chart
-        .configure_mesh()
-        .x_labels(max_threads + 1)
-        .x_label_formatter(&|x| {
-            if (x - x.round()).abs() < 0.05 {
-                format!("{x:.0}")
-            } else {
-                String::new()
-            }
-        })
-        .x_desc("threads")
-        .y_label_formatter(&|y| format!("{y:.0}"))
-        .y_desc("million decisions / s (all threads)")
-        .draw()?;
-    for (i, (name, pts)) in lines.iter().enumerate() {
-        let color = PALETTE[i % PALETTE.len()];
-        let style = if i < PALETTE.len() {
-            color.stroke_width(2)
-        } else {
-            color.stroke_width(4)
-        };
-        let mut pts = pts.clone();
-        pts.sort_by_key(|p| p.0);
+    let frame = Frame {
+        size: (900, 600),
+        caption: "throughput vs threads, closed loop, allow mode",
+        caption_px: 20,
+        x_label_area: 40,
+        y_label_area: 60,
+        legend: SeriesLabelPosition::UpperRight,
+    };
+    let x = 0.8f64..max_threads as f64 * 1.6;
+    draw_plot(path, frame, x, 0f64..max_y * 1.1, |chart| {
         chart
-            .draw_series(LineSeries::new(
-                pts.iter().map(|&(t, y)| (t as f64, y)),
-                style,
-            ))?
-            .label(name.clone())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 15, y)], style));
-        chart.draw_series(
-            pts.iter()
-                .map(|&(t, y)| Circle::new((t as f64, y), 3, color.filled())),
-        )?;
-    }
-    chart
-        .configure_series_labels()
-        .border_style(BLACK)
-        .background_style(WHITE.mix(0.8))
-        .position(SeriesLabelPosition::UpperRight)
-        .draw()?;
-    root.present()?;
-    Ok(())
+            .configure_mesh()
+            .x_labels(max_threads + 1)
+            .x_label_formatter(&|x| {
+                if (x - x.round()).abs() < 0.05 {
+                    format!("{x:.0}")
+                } else {
+                    String::new()
+                }
+            })
+            .x_desc("threads")
+            .y_label_formatter(&|y| format!("{y:.0}"))
+            .y_desc("million decisions / s (all threads)")
+            .draw()?;
+        for (i, (name, pts)) in lines.iter().enumerate() {
+            let color = PALETTE[i % PALETTE.len()];
+            let style = if i < PALETTE.len() {
+                color.stroke_width(2)
+            } else {
+                color.stroke_width(4)
+            };
+            let mut pts = pts.clone();
+            pts.sort_by_key(|p| p.0);
+            let points = pts.iter().map(|&(t, y)| (t as f64, y));
+            labelled_line(chart, points, style, name.clone())?;
+            chart.draw_series(
+                pts.iter()
+                    .map(|&(t, y)| Circle::new((t as f64, y), 3, color.filled())),
+            )?;
+        }
+        Ok(())
+    })
 }
