@@ -322,6 +322,13 @@ impl<C: Clock> StripedLimiter<C> {
                         Ordering::Acquire,
                     ) {
                         Ok(_) => {
+                            // Units whose positions time has passed left the lease unused: count
+                            // them as wasted. Relaxed RMW: a diagnostic counter that publishes
+                            // nothing; an RMW because other threads on this stripe add to it too.
+                            let dead = word.units().saturating_sub(alive);
+                            if dead > 0 {
+                                stripe.wasted.fetch_add(dead, Ordering::Relaxed);
+                            }
                             return Ok(Self::allowed(
                                 alive - cost,
                                 free_seen,
@@ -426,8 +433,8 @@ impl<C: Clock> StripedLimiter<C> {
                 let free = available(new_end, now, self.interval, self.depth);
                 stripe.tat_seen.store(new_end, Ordering::Relaxed);
                 stripe.free_seen.store(free, Ordering::Relaxed);
-                let wasted = stripe.wasted.load(Ordering::Relaxed);
-                stripe.wasted.store(wasted + lost, Ordering::Relaxed);
+                // RMW: fast-path callers that won their CAS before our lock may still be adding.
+                stripe.wasted.fetch_add(lost, Ordering::Relaxed);
                 // Release: a fast-path reader that Acquire-loads `end` and finds this value must
                 // also find our lock (see `check_on_stripe`).
                 stripe.end.store(new_end, Ordering::Release);
@@ -438,8 +445,8 @@ impl<C: Clock> StripedLimiter<C> {
                 Self::allowed(units - cost, free, new_end, now)
             }
             Grant::Denied { tat } => {
-                let wasted = stripe.wasted.load(Ordering::Relaxed);
-                stripe.wasted.store(wasted + dead, Ordering::Relaxed);
+                // RMW: as above.
+                stripe.wasted.fetch_add(dead, Ordering::Relaxed);
                 stripe.size.store(size, Ordering::Relaxed);
                 // Release: unlock, keeping the old lease's live units (fewer than `cost`).
                 stripe
