@@ -49,27 +49,11 @@ impl AtomicState {
         now: Nanos,
         cost: u64,
     ) -> Result<Decision, CheckError> {
-        self.apply_with(self.load(), algorithm, now, cost)
-            .map(|(decision, _)| decision)
-    }
-
-    /// [`apply`](Self::apply), starting from a word the caller already loaded, and also returning the
-    /// word the decision was based on (or wrote). For callers that must look at the word first.
-    ///
-    /// # Errors
-    /// As [`apply`](Self::apply).
-    #[inline]
-    pub fn apply_with<A: Algorithm>(
-        &self,
-        current: u64,
-        algorithm: &A,
-        now: Nanos,
-        cost: u64,
-    ) -> Result<(Decision, u64), CheckError> {
-        self.update(current, |word| {
+        self.update(self.load(), |word| {
             let Transition { decision, next } = algorithm.decide(word, now, cost)?;
             Ok((decision, next))
         })
+        .map(|(decision, _)| decision)
     }
 
     /// The CAS loop itself, for any pure transition: `transition(word)` returns a result and the word
@@ -115,17 +99,5 @@ impl AtomicState {
         algorithm
             .decide(self.load(), now, cost)
             .map(|transition| transition.decision)
-    }
-
-    /// Replaces the word with `new` iff it still holds `current` (for eviction and resets).
-    ///
-    /// # Errors
-    /// The word actually found, when it was not `current`.
-    #[inline]
-    pub fn compare_exchange(&self, current: u64, new: u64) -> Result<u64, u64> {
-        // Relaxed: as for `apply`; a keyed table that must publish other memory alongside (a key)
-        // orders that through its own synchronisation.
-        self.0
-            .compare_exchange(current, new, Ordering::Relaxed, Ordering::Relaxed)
     }
 }
