@@ -17,9 +17,10 @@
 //! # Capacity, eviction and the full-table policy
 //! * **Capacity** is a hard memory bound: `capacity × 10/7` slots of 16 bytes (≈ 22.9 B per key) are
 //!   allocated at construction and the table never grows.
-//! * **Eviction** is automatic: when a new key needs a slot, it may take one whose key's state is
-//!   [fresh](tollgate_core::Algorithm::is_fresh) (GCRA: bucket full again; windows: expired). That key's
-//!   next request sees a fresh state — exactly what it would have seen had it been kept.
+//! * **Eviction** is automatic: when a new key finds no empty slot in its probe window, it may take
+//!   one whose key's state is [fresh](tollgate_core::Algorithm::is_fresh) (GCRA: bucket full again;
+//!   windows: expired). That key's next request sees a fresh state — exactly what it would have seen
+//!   had it been kept.
 //! * **Full window**: a new key whose probe window (default 32 slots) holds only live keys is not
 //!   inserted; it is decided by its stripe's shared overflow state under the default quota. Live keys are
 //!   never evicted or reset, so flooding keys cannot buy anyone a fresh burst; it can only make new keys

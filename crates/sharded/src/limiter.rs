@@ -106,9 +106,10 @@ impl<K: ?Sized, A: Algorithm, C: Clock> Builder<K, A, C> {
 ///   capacity) plus one cache-padded header per stripe; the table never grows.
 /// * **Known keys** are decided without a lock or allocation: hash, scan the key's probe window for its
 ///   tag, then one 128-bit compare-and-swap of the (tag, state) pair (none for a denial).
-/// * **New keys** take their stripe's short critical section, which claims an empty slot or evicts a
-///   key whose state is [fresh](Algorithm::is_fresh) (indistinguishable from a new key: eviction is
-///   invisible to its next caller). A live key is never evicted.
+/// * **New keys** take their stripe's short critical section, which claims the window's first empty
+///   slot or, when it has none, evicts a key whose state is [fresh](Algorithm::is_fresh)
+///   (indistinguishable from a new key: eviction is invisible to its next caller). A live key is never
+///   evicted, and an idle one only when its window is full.
 /// * **Full windows**: a new key whose window holds only live keys is decided by its stripe's shared
 ///   overflow state under the default quota (strict, bounded, never a fresh burst per key).
 ///
@@ -629,14 +630,16 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         }
     }
 
-    /// Under the stripe lock: the key's slot if present, and the first slot a new key may take (empty,
-    /// or holding an unpinned key that is fresh at `now`).
+    /// Under the stripe lock: the key's slot if present, and the slot a new key may take: the first
+    /// empty one, or when the window has none, the first holding an unpinned key fresh at `now`.
+    /// Empty first, so idle keys stay resident (and are found lock-free when they come back) for as
+    /// long as there is room: evicting them early only turns their next decision into an insert.
     fn scan_locked(&self, place: Place, now: Nanos) -> (Option<SlotAt>, Option<SlotAt>) {
         let mut candidate = None;
         for index in self.window_indices(place) {
             let word = self.load(index);
             if word.is_empty() {
-                return (None, candidate.or(Some((index, word))));
+                return (None, Some((index, word)));
             }
             if word.hash_part() == place.hash_part {
                 return (Some((index, word)), None);

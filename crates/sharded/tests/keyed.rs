@@ -225,6 +225,25 @@ fn idle_keys_are_evicted_and_their_next_decision_is_fresh() -> Result {
 }
 
 #[test]
+fn idle_keys_are_kept_while_the_window_has_an_empty_slot() -> Result {
+    let clock = ManualClock::new();
+    let limiter = tiny(Quota::per_second(1)?.with_burst(2)?, 4, &clock)?;
+    assert!(limiter.check_key(&0, 1)?.is_allowed());
+    clock.advance(Duration::from_secs(1)); // key 0 is fresh (evictable) from here on
+    // Three new keys take the three empty slots; none evicts key 0, so none of them, and not key 0
+    // when it comes back, pays for a new insert.
+    for key in 1..4u64 {
+        assert!(limiter.check_key(&key, 1)?.is_allowed());
+    }
+    assert_eq!(limiter.len(), 4);
+    // Only a full window makes a new key take the idle key's slot.
+    assert!(limiter.check_key(&4, 1)?.is_allowed());
+    assert_eq!(limiter.len(), 4);
+    assert_eq!(limiter.overflow_decisions(), 0);
+    Ok(())
+}
+
+#[test]
 fn a_full_window_of_live_keys_sends_new_keys_to_the_shared_overflow_state() -> Result {
     let clock = ManualClock::new();
     let limiter = tiny(Quota::per_second(1)?.with_burst(3)?, 4, &clock)?;
