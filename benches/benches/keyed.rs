@@ -8,6 +8,12 @@
 //! clock (quanta's TSC) once per decision and use the same quota, high enough that nearly every decision
 //! admits (the compare-and-swap path, the expensive one). Tables are filled before measuring.
 //!
+//! Per group: `tollgate` and `governor` decide one key per call (`check_key`); `tollgate_check_keys`
+//! hands tollgate the same keys as a stream (`KeyedLimiter::check_keys`, which prefetches each key's
+//! slot a few keys ahead; governor has no such API). Group `keyed/floor`: one dependent random load
+//! per iteration over a 23 MB buffer (the 1 M-key table's size, huge-page advised like it), the
+//! latency floor of any lookup that misses the cache and cannot overlap with the next one.
+//!
 //! Run: `cargo bench -p tollgate-benches --bench keyed -- --warm-up-time 1 --measurement-time 3`
 
 use std::hint::black_box;
@@ -79,24 +85,37 @@ fn zipf_ring(keys: u64) -> Vec<u64> {
         .collect()
 }
 
-/// `iters` decisions on each of `threads` threads, walking `ring` from per-thread offsets; wall time.
-fn run<L: Keyed>(limiter: &L, ring: &[u64], threads: usize, iters: u64) -> Duration {
-    let mask = ring.len() - 1;
+/// Runs `work(start, iters)` on each of `threads` threads, each from its own ring offset; wall time.
+fn run(threads: usize, iters: u64, work: impl Fn(usize, u64) + Sync) -> Duration {
+    let work = &work;
     thread::scope(|scope| {
         let start = Instant::now();
         for t in 0..threads {
-            scope.spawn(move || {
-                let mut i = t * (ring.len() / threads.max(1)) + t * 7_919;
-                for _ in 0..iters {
-                    black_box(limiter.decide(ring[i & mask]));
-                    i = i.wrapping_add(1);
-                }
-            });
+            scope.spawn(move || work(t * (RING / threads.max(1)) + t * 7_919, iters));
         }
         // The scope joins every thread before returning.
         start
     })
     .elapsed()
+}
+
+/// One `decide` per key, walking `ring` from `start`.
+fn one_by_one<'a, L: Keyed>(limiter: &'a L, ring: &'a [u64]) -> impl Fn(usize, u64) + Sync + 'a {
+    move |start, iters| {
+        for i in start..start + iters as usize {
+            black_box(limiter.decide(ring[i % RING]));
+        }
+    }
+}
+
+/// The same keys as one `check_keys` stream.
+fn streamed<'a>(limiter: &'a Tollgate, ring: &'a [u64]) -> impl Fn(usize, u64) + Sync + 'a {
+    move |start, iters| {
+        let keys = (start..start + iters as usize).map(|i| &ring[i % RING]);
+        for decision in limiter.0.check_keys(keys, 1) {
+            black_box(decision.is_ok_and(|d| d.is_allowed()));
+        }
+    }
 }
 
 fn group(c: &mut Criterion, name: &str, keys: u64, ring: &[u64]) {
@@ -111,12 +130,68 @@ fn group(c: &mut Criterion, name: &str, keys: u64, ring: &[u64]) {
     for threads in [1usize, 2] {
         group.throughput(Throughput::Elements(threads as u64));
         group.bench_with_input(BenchmarkId::new("tollgate", threads), &threads, |b, &t| {
-            b.iter_custom(|iters| run(&ours, ring, t, iters));
+            b.iter_custom(|iters| run(t, iters, one_by_one(&ours, ring)));
         });
         group.bench_with_input(BenchmarkId::new("governor", threads), &threads, |b, &t| {
-            b.iter_custom(|iters| run(&theirs, ring, t, iters));
+            b.iter_custom(|iters| run(t, iters, one_by_one(&theirs, ring)));
+        });
+        let id = BenchmarkId::new("tollgate_check_keys", threads);
+        group.bench_with_input(id, &threads, |b, &t| {
+            b.iter_custom(|iters| run(t, iters, streamed(&ours, ring)));
         });
     }
+    group.finish();
+}
+
+/// A buffer the size of the 1 M-key table (1 428 576 slots × 16 B) holding one random cycle through
+/// all its 8-byte words, advised for transparent huge pages before first touch as the table is.
+fn chase_buffer() -> Vec<usize> {
+    let len = 1_428_576 * 2;
+    let mut buffer = vec![0usize; len];
+    #[cfg(target_os = "linux")]
+    {
+        const HUGE: usize = 2 << 20;
+        let start = buffer.as_mut_ptr().addr().next_multiple_of(HUGE);
+        let end = (buffer.as_mut_ptr().addr() + len * size_of::<usize>()) & !(HUGE - 1);
+        if end > start {
+            // SAFETY: `[start, end)` lies inside `buffer`, still untouched zero pages; the advice
+            // changes how the kernel backs them, never their contents.
+            unsafe {
+                libc::madvise(
+                    buffer.as_mut_ptr().cast::<u8>().with_addr(start).cast(),
+                    end - start,
+                    libc::MADV_HUGEPAGE,
+                );
+            }
+        }
+    }
+    // Sattolo's shuffle: one cycle through every index.
+    let mut order: Vec<usize> = (0..len).collect();
+    let mut rng = SmallRng::seed_from_u64(7);
+    for i in (1..len).rev() {
+        order.swap(i, rng.random_range(0..i));
+    }
+    for (i, &from) in order.iter().enumerate() {
+        buffer[from] = order[(i + 1) % len];
+    }
+    buffer
+}
+
+fn floor(c: &mut Criterion) {
+    let buffer = chase_buffer();
+    let mut group = c.benchmark_group("keyed/floor");
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("dependent_load_23mb", |b| {
+        let mut at = 0;
+        b.iter_custom(|iters| {
+            let start = Instant::now();
+            for _ in 0..iters {
+                at = buffer[at];
+            }
+            black_box(at);
+            start.elapsed()
+        });
+    });
     group.finish();
 }
 
@@ -127,5 +202,5 @@ fn keyed(c: &mut Criterion) {
     group(c, "1m_zipf", 1_000_000, &zipf_ring(1_000_000));
 }
 
-criterion_group!(benches, keyed);
+criterion_group!(benches, floor, keyed);
 criterion_main!(benches);

@@ -35,6 +35,13 @@
 //! keys sharing a tag share one budget (stricter, never looser): the probability that any pair among
 //! 10 M keys does so is below 5 × 10⁻⁵.
 //!
+//! # Many keys at once
+//! In a table larger than the CPU cache, a decision costs about one memory round trip (the slot's
+//! line), and one call cannot overlap its round trip with the next call's. [`KeyedLimiter::check_keys`]
+//! takes a stream of keys and requests each key's slot [`CHECK_KEYS_LOOKAHEAD`] keys before deciding
+//! it, so the round trips overlap (≈ 3× the throughput of `check_key` at 1 M uniform keys in
+//! `results/keyed`); [`KeyedLimiter::prefetch_key`] is the same hint for one key known early.
+//!
 //! # Concurrency
 //! Decisions on known keys are lock-free: a window scan of 16-byte atomic loads, then one 128-bit
 //! compare-and-swap of the (tag, state) pair when admitting (none when denying). Inserting a new key
@@ -42,11 +49,13 @@
 //! protocol and its memory orderings are described in `IMPLEMENTATION.md`; loom models live in
 //! `loom-tests/tests/sharded.rs`.
 
+mod batch;
 mod error;
 mod limiter;
 mod slot;
 mod sync;
 
+pub use batch::{CHECK_KEYS_LOOKAHEAD, CheckKeys};
 pub use error::KeyedError;
 pub use limiter::{
     Builder, DEFAULT_WINDOW, KeyedLimiter, MAX_OVERRIDE_QUOTAS, MAX_STRIPES, MAX_WINDOW, MIN_WINDOW,

@@ -420,3 +420,34 @@ fn threads_racing_on_shared_keys_at_a_frozen_instant_admit_exactly_each_burst() 
     }
     Ok(())
 }
+
+#[test]
+fn check_keys_yields_one_result_per_key_in_order_and_nothing_after() -> Result {
+    let clock = ManualClock::new();
+    let limiter = gcra::<str>(2, 100, &clock)?;
+    // More keys than the lookahead, so some are located while others are decided.
+    let keys: Vec<String> = (0..20).map(|i| format!("key-{}", i % 7)).collect();
+    let mut decisions = limiter.check_keys(keys.iter().map(String::as_str), 1);
+    assert_eq!(decisions.size_hint(), (20, Some(20)));
+    let remaining: Vec<u64> = decisions
+        .by_ref()
+        .map(|d| d.map(|d| d.remaining()))
+        .collect::<std::result::Result<_, _>>()?;
+    // Each of the 7 keys appears 3 times (2 for the last one): burst 2, so 1, 0, then denied (0).
+    assert_eq!(&remaining[..7], &[1; 7]);
+    assert_eq!(&remaining[7..14], &[0; 7]);
+    assert_eq!(&remaining[14..], &[0; 6]);
+    assert_eq!(decisions.next(), None);
+    assert_eq!(limiter.len(), 7);
+    // A cost above the burst is an error for that key only.
+    let results: Vec<_> = limiter.check_keys(["a", "b"], 3).collect();
+    assert_eq!(
+        results,
+        [Err(CheckError::CostExceedsCapacity {
+            cost: 3,
+            capacity: 2
+        }); 2]
+    );
+    assert_eq!(limiter.check_keys(std::iter::empty::<&str>(), 1).count(), 0);
+    Ok(())
+}

@@ -171,3 +171,57 @@ fn a_long_idle_trace_recycles_slots_without_overflow() -> Result<(), Box<dyn std
     assert_eq!(limiter.len(), 4);
     Ok(())
 }
+
+/// One batch: time step (ns) before it, the keys, one cost for all of them.
+type Batch = (u64, Vec<u8>, u64);
+
+fn batches() -> impl Strategy<Value = Vec<Batch>> {
+    prop::collection::vec(
+        (0..=40 * MS, prop::collection::vec(0..12u8, 0..20), 0..=4u64),
+        1..30,
+    )
+}
+
+/// Runs every batch through `batched.check_keys` and, key by key, through `single.check_key` (two
+/// limiters built alike); the results must be identical item for item, and the tables alike after.
+fn batches_agree<A: Algorithm>(
+    (batched, batched_clock): (KeyedLimiter<u8, A, ManualClock>, ManualClock),
+    (single, single_clock): (KeyedLimiter<u8, A, ManualClock>, ManualClock),
+    batches: &[Batch],
+) -> Result<(), TestCaseError> {
+    let mut now = 0;
+    for (step, keys, cost) in batches {
+        now += step;
+        batched_clock.set(now);
+        single_clock.set(now);
+        let got: Vec<_> = batched.check_keys(keys, *cost).collect();
+        let expected: Vec<_> = keys
+            .iter()
+            .map(|key| single.check_key(key, *cost))
+            .collect();
+        prop_assert_eq!(got, expected, "at {} cost {}", now, cost);
+        prop_assert_eq!(batched.len(), single.len());
+        prop_assert_eq!(batched.overflow_decisions(), single.overflow_decisions());
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// `check_keys` is `check_key` per key, in order, including inserts, evictions and overflow
+    /// (a 4-slot table over 12 keys) and errors (cost 4 exceeds the burst of 3).
+    #[test]
+    fn check_keys_decides_exactly_as_check_key_one_by_one(seed: u64, batches in batches()) {
+        batches_agree(cramped::<Gcra>(quota(), seed), cramped::<Gcra>(quota(), seed), &batches)?;
+    }
+
+    #[test]
+    fn check_keys_agrees_for_the_sliding_window_too(seed: u64, batches in batches()) {
+        batches_agree(
+            cramped::<SlidingWindow>(window_quota(), seed),
+            cramped::<SlidingWindow>(window_quota(), seed),
+            &batches,
+        )?;
+    }
+}
