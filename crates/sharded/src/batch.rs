@@ -31,14 +31,7 @@ pub struct CheckKeys<'l, 'q, K: ?Sized, Q: ?Sized, A, C, I> {
     _key: PhantomData<&'q Q>,
 }
 
-impl<'l, 'q, K, Q, A, C, I> CheckKeys<'l, 'q, K, Q, A, C, I>
-where
-    K: Borrow<Q> + ?Sized,
-    Q: Hash + ?Sized + 'q,
-    A: Algorithm,
-    C: Clock,
-    I: Iterator<Item = &'q Q>,
-{
+impl<'l, K: ?Sized, Q: ?Sized, A, C, I: Iterator> CheckKeys<'l, '_, K, Q, A, C, I> {
     pub(crate) fn new(limiter: &'l KeyedLimiter<K, A, C>, keys: I, cost: u64) -> Self {
         CheckKeys {
             limiter,
@@ -76,7 +69,7 @@ where
         self.head = (self.head + 1) % CHECK_KEYS_LOOKAHEAD;
         self.len -= 1;
         let now = self.limiter.now();
-        Some(self.limiter.check_place_at(place, now, self.cost))
+        Some(self.limiter.decide(place, None, now, self.cost))
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
