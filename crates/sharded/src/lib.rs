@@ -24,7 +24,9 @@
 //! * **Full window**: a new key whose probe window (default 32 slots) holds only live keys is not
 //!   inserted; it is decided by its stripe's shared overflow state under the default quota. Live keys are
 //!   never evicted or reset, so flooding keys cannot buy anyone a fresh burst; it can only make new keys
-//!   stricter while the flood lasts.
+//!   stricter while the flood lasts. A key that overflowed and is inserted later (the table has room
+//!   again) starts from the overflow state, not fresh, so its admissions — through the overflow state
+//!   and its own slot together — never exceed what its own quota allows.
 //! * **Overrides** ([`KeyedLimiter::set_override`]): up to [`MAX_OVERRIDE_QUOTAS`] quotas, chosen by a
 //!   4-bit tier in the key's own slot (no second table); such slots are pinned.
 //!
@@ -51,6 +53,7 @@
 
 mod batch;
 mod error;
+mod ledger;
 mod limiter;
 mod slot;
 mod sync;

@@ -13,6 +13,7 @@ use tollgate_core::{
 
 use crate::batch::CheckKeys;
 use crate::error::KeyedError;
+use crate::ledger::OverflowLedger;
 use crate::slot::{SlotWord, TIER_MASK, tag_hash};
 use crate::sync::{AtomicPair, AtomicUsize, Mutex, Ordering, lock};
 
@@ -35,8 +36,9 @@ pub const MAX_OVERRIDE_QUOTAS: usize = TIER_MASK as usize;
 
 /// One stripe's shared, rarely written data; each sits on its own cache line(s).
 struct Stripe {
-    /// Serialises inserts (and override changes) in this stripe's slots. Lookups never take it.
-    insert: Mutex<()>,
+    /// Serialises inserts (and override changes) in this stripe's slots, and guards the ledger of
+    /// keys the overflow state decided. Lookups never take it.
+    insert: Mutex<OverflowLedger>,
     /// Slots of this stripe that hold a key (eviction re-tags a slot, so this only grows).
     len: AtomicUsize,
     /// The shared state that decides new keys when their window has no room (the full-table policy).
@@ -112,7 +114,8 @@ impl<K: ?Sized, A: Algorithm, C: Clock> Builder<K, A, C> {
 ///   (indistinguishable from a new key: eviction is invisible to its next caller). A live key is never
 ///   evicted, and an idle one only when its window is full.
 /// * **Full windows**: a new key whose window holds only live keys is decided by its stripe's shared
-///   overflow state under the default quota (strict, bounded, never a fresh burst per key).
+///   overflow state under the default quota (strict, bounded, never a fresh burst per key: a key that
+///   overflowed starts from that state when it is inserted later).
 ///
 /// See the [crate docs](crate) for the design, collision probability and memory-ordering argument.
 ///
@@ -255,7 +258,7 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         let stripe_list: Box<[CachePadded<Stripe>]> = (0..stripes)
             .map(|_| {
                 CachePadded::new(Stripe {
-                    insert: Mutex::new(()),
+                    insert: Mutex::new(OverflowLedger::new()),
                     len: AtomicUsize::new(0),
                     overflow: AtomicState::new(0),
                     overflowed: AtomicUsize::new(0),
@@ -481,7 +484,12 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
                 .algorithm_for(found.tier())
                 .decide(found.state, now, cost)
                 .map(|t| t.decision),
-            Scan::Missing { room: true } => self.algorithm.decide(0, now, cost).map(|t| t.decision),
+            Scan::Missing { room: true } => {
+                let stripe = &self.stripes[place.stripe];
+                let state =
+                    self.new_key_state(stripe, &mut lock(&stripe.insert), place.hash_part, now);
+                self.algorithm.decide(state, now, cost).map(|t| t.decision)
+            }
             Scan::Missing { room: false } => {
                 self.stripes[place.stripe]
                     .overflow
@@ -507,19 +515,24 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     {
         let tier = self.tier_for(quota)?;
         let place = self.place(self.hasher.hash_one(key));
-        let _guard = lock(&self.stripes[place.stripe].insert);
+        let stripe = &self.stripes[place.stripe];
+        let mut ledger = lock(&stripe.insert);
         let now = self.clock.now();
         loop {
             let (found, candidate) = self.scan_locked(place, now);
             let (index, old, new) = match (found, candidate) {
                 (Some((index, old)), _) => (index, old, old.with_tier(tier)),
-                (None, Some((index, old))) => (index, old, SlotWord::new(place.hash_part, tier, 0)),
+                (None, Some((index, old))) => {
+                    let state = self.new_key_state(stripe, &mut ledger, place.hash_part, now);
+                    (index, old, SlotWord::new(place.hash_part, tier, state))
+                }
                 (None, None) => return Err(KeyedError::WindowFull),
             };
             if self.replace(index, old, new) {
                 if old.is_empty() {
                     self.count_insert(place.stripe);
                 }
+                ledger.settle(place.hash_part);
                 return Ok(());
             }
         }
@@ -728,7 +741,7 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     #[cold]
     fn insert(&self, place: Place, now: Nanos, cost: u64) -> Result<Decision, CheckError> {
         let stripe = &self.stripes[place.stripe];
-        let _guard = lock(&stripe.insert);
+        let mut ledger = lock(&stripe.insert);
         loop {
             match self.scan_locked(place, now) {
                 (Some((index, found)), _) => {
@@ -739,7 +752,8 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
                     // rescanning is correct anyway.
                 }
                 (None, Some((index, old))) => {
-                    let transition = self.algorithm.decide(0, now, cost)?;
+                    let state = self.new_key_state(stripe, &mut ledger, place.hash_part, now);
+                    let transition = self.algorithm.decide(state, now, cost)?;
                     let Some(next) = transition.next else {
                         // A decision that writes nothing (cost 0) does not insert the key.
                         return Ok(transition.decision);
@@ -750,15 +764,47 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
                         if old.is_empty() {
                             self.count_insert(place.stripe);
                         }
+                        ledger.settle(place.hash_part);
                         return Ok(transition.decision);
                     }
                 }
                 (None, None) => {
                     // Relaxed: a monitoring counter; publishes nothing.
                     stripe.overflowed.fetch_add(1, Ordering::Relaxed);
-                    return stripe.overflow.apply(&self.algorithm, now, cost);
+                    let decision = stripe.overflow.apply(&self.algorithm, now, cost)?;
+                    if decision.is_allowed() {
+                        ledger.record(place.hash_part);
+                    }
+                    return Ok(decision);
                 }
             }
+        }
+    }
+
+    /// The state a key starts from when it takes a slot (under the stripe lock): fresh (`0`), unless
+    /// the stripe's overflow state decided this key and is not fresh yet, in which case a copy of it.
+    ///
+    /// Why: every admission the overflow state made, this key's included, is recorded in it, and each
+    /// algorithm's state only grows stricter as it records more admissions; so starting from it, the
+    /// key's admitted stream (overflow and slot together) still conforms to its own quota, where
+    /// starting fresh would hand it a second burst. Keys the ledger does not name never overflowed
+    /// (or settled their debt in a slot since) and start fresh; a saturated ledger names every key.
+    /// Once the overflow state is fresh again no key owes it anything.
+    fn new_key_state(
+        &self,
+        stripe: &Stripe,
+        ledger: &mut OverflowLedger,
+        hash_part: u64,
+        now: Nanos,
+    ) -> u64 {
+        let overflow = stripe.overflow.load();
+        if self.algorithm.is_fresh(overflow, now) {
+            ledger.clear();
+            0
+        } else if ledger.owes(hash_part) {
+            overflow
+        } else {
+            0
         }
     }
 

@@ -4,7 +4,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
 use tollgate_core::{
-    Algorithm, CheckError, Decision, FixedWindow, Gcra, ManualClock, Quota, SlidingWindow,
+    Algorithm, CheckError, Decision, FixedWindow, Gcra, Limiter, ManualClock, Quota, SlidingWindow,
 };
 use tollgate_sharded::{KeyedError, KeyedLimiter, MAX_OVERRIDE_QUOTAS};
 
@@ -449,5 +449,38 @@ fn check_keys_yields_one_result_per_key_in_order_and_nothing_after() -> Result {
         }); 2]
     );
     assert_eq!(limiter.check_keys(std::iter::empty::<&str>(), 1).count(), 0);
+    Ok(())
+}
+
+/// Issue 11, finding 1: a key decided by its stripe's overflow state, then inserted once the table has
+/// room again, must not get a second burst. Capacity 1 (one stripe of 32 slots), 10/s burst 10:
+/// 32 fillers at t = 0, key K takes 10 through the overflow state; at t = 100 ms the fillers are fresh
+/// and K is inserted: a lone limiter would have 1 unit for K, so a cost of 10 must be denied.
+#[test]
+fn a_key_inserted_after_overflowing_gets_no_second_burst() -> Result {
+    let clock = ManualClock::new();
+    let quota = Quota::per_second(10)?.with_burst(10)?;
+    let limiter: KeyedLimiter<u64, Gcra, _> =
+        KeyedLimiter::builder_with_clock(quota, 1, clock.clone())
+            .hasher_seed(7)
+            .build()?;
+    assert_eq!((limiter.stripes(), limiter.window()), (1, 32));
+    for filler in 0..32u64 {
+        assert!(limiter.check_key(&filler, 1)?.is_allowed());
+    }
+    let k = 1_000u64;
+    let lone = tollgate_core::AtomicLimiter::<Gcra, _>::with_clock(quota, clock.clone())?;
+    assert!(lone.check_n(10)?.is_allowed());
+    assert!(limiter.check_key(&k, 10)?.is_allowed());
+    assert_eq!(limiter.overflow_decisions(), 1);
+
+    clock.advance(Duration::from_millis(100));
+    assert!(!lone.check_n(10)?.is_allowed());
+    assert!(!limiter.check_key(&k, 10)?.is_allowed(), "second burst");
+    assert_eq!(
+        limiter.overflow_decisions(),
+        1,
+        "K was inserted, not overflowed"
+    );
     Ok(())
 }

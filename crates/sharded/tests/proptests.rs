@@ -158,6 +158,96 @@ proptest! {
     }
 }
 
+/// Never looser than a lone limiter per key: every admission the table makes for a key (through its
+/// slot or its stripe's overflow state), replayed into an independent limiter that sees only that
+/// key's admitted requests, is admitted there too, so each key's admitted stream conforms to its own
+/// quota, under any mix of floods, evictions and overflow (issue 11, finding 1). Returns how many
+/// decisions the overflow state made, so callers can check the trace exercised it.
+fn never_looser_than_a_lone_limiter<A: Algorithm>(
+    limiter: &KeyedLimiter<u8, A, ManualClock>,
+    clock: &ManualClock,
+    trace: &[Step],
+) -> Result<usize, TestCaseError> {
+    let mut admitted = Reference {
+        algorithm: limiter.algorithm().clone(),
+        states: HashMap::new(),
+    };
+    let mut now = 0;
+    for (i, &(step, key, cost)) in trace.iter().enumerate() {
+        now += step;
+        clock.set(now);
+        if let Ok(Decision::Allowed { .. }) = limiter.check_key(&key, cost) {
+            let lone = admitted.decide(key, now, cost);
+            prop_assert!(
+                matches!(lone, Ok(Decision::Allowed { .. })),
+                "step {} key {} at {} cost {}: admitted, a lone limiter says {:?}",
+                i,
+                key,
+                now,
+                cost,
+                lone
+            );
+        }
+    }
+    Ok(limiter.overflow_decisions())
+}
+
+/// A flood: one stripe of 4 slots and up to `keys` keys arriving in bursts; with more than
+/// 32 keys the stripe's overflow ledger saturates too.
+fn flood(max_step: u64, keys: u8) -> impl Strategy<Value = Vec<Step>> {
+    prop::collection::vec((0..=max_step, 0..keys, 0..=3u64), 50..400)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    #[test]
+    fn gcra_keys_are_never_looser_than_alone(seed: u64, steps in flood(30 * MS, 12)) {
+        let (limiter, clock) = cramped::<Gcra>(quota(), seed);
+        never_looser_than_a_lone_limiter(&limiter, &clock, &steps)?;
+    }
+
+    #[test]
+    fn gcra_keys_are_never_looser_than_alone_when_the_ledger_saturates(
+        seed: u64,
+        steps in flood(2 * MS, 60),
+    ) {
+        let (limiter, clock) = cramped::<Gcra>(quota(), seed);
+        never_looser_than_a_lone_limiter(&limiter, &clock, &steps)?;
+    }
+
+    #[test]
+    fn leaky_bucket_keys_are_never_looser_than_alone(seed: u64, steps in flood(30 * MS, 12)) {
+        let (limiter, clock) = cramped::<LeakyBucket>(quota(), seed);
+        never_looser_than_a_lone_limiter(&limiter, &clock, &steps)?;
+    }
+
+    #[test]
+    fn fixed_window_keys_are_never_looser_than_alone(seed: u64, steps in flood(30 * MS, 12)) {
+        let (limiter, clock) = cramped::<FixedWindow>(window_quota(), seed);
+        never_looser_than_a_lone_limiter(&limiter, &clock, &steps)?;
+    }
+
+    #[test]
+    fn sliding_window_keys_are_never_looser_than_alone(seed: u64, steps in flood(30 * MS, 40)) {
+        let (limiter, clock) = cramped::<SlidingWindow>(window_quota(), seed);
+        never_looser_than_a_lone_limiter(&limiter, &clock, &steps)?;
+    }
+}
+
+/// The flood properties must actually flood: a fixed trace sends keys through the overflow state,
+/// lets the table free up, and brings them back; each is held to its own quota.
+#[test]
+fn the_flood_trace_exercises_overflow_and_reinsertion() -> Result<(), Box<dyn std::error::Error>> {
+    let (limiter, clock) = cramped::<Gcra>(quota(), 5);
+    // 12 keys, cost 3 each, every 5 ms, for 600 ms: slots fill, keys overflow, idle keys come back.
+    let steps: Vec<Step> = (0..120u64).map(|i| (5 * MS, (i % 12) as u8, 3)).collect();
+    let overflowed =
+        never_looser_than_a_lone_limiter(&limiter, &clock, &steps).map_err(|e| e.to_string())?;
+    assert!(overflowed > 10, "{overflowed} overflow decisions");
+    Ok(())
+}
+
 /// The eviction properties above must actually evict: a fixed trace over 12 keys through 4 slots with
 /// idle gaps decides every key exactly, with no overflow.
 #[test]
