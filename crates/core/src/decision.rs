@@ -35,6 +35,21 @@ pub enum Decision {
 }
 
 impl Decision {
+    /// "Not within the clock's range": the `retry_after` of a request that no instant before the end
+    /// of the clock's range (`u64::MAX` ns, 584 years after the limiter's epoch) can admit, and the
+    /// `reset_after` of a state that stays counted past that end. One convention for every algorithm,
+    /// the shaper and the keyed and Redis layers. It is a denial, not an error (the request itself is
+    /// valid; only time has run out), so the end of the range fails closed.
+    ///
+    /// ```
+    /// use tollgate_core::{Algorithm, Decision, Gcra, Quota};
+    /// let gcra = Gcra::from_quota(Quota::per_second(10)?.with_burst(10)?)?;
+    /// let t = gcra.decide(u64::MAX - 1, u64::MAX, 10)?;
+    /// assert_eq!(t.decision.retry_after(), Some(Decision::NEVER));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub const NEVER: Duration = Duration::from_nanos(Nanos::MAX);
+
     /// An admission, from nanosecond figures.
     #[inline]
     pub fn allowed(remaining: u64, reset_after: Nanos) -> Self {

@@ -53,7 +53,7 @@ pub trait Limiter: Send + Sync {
     /// Decides a request of one unit now.
     ///
     /// Infallible: every validated quota admits at least one unit. Should an implementation still
-    /// report an error, this fails closed (denied, `retry_after` of `u64::MAX` ns).
+    /// report an error, this fails closed (denied, `retry_after` of [`Decision::NEVER`]).
     #[inline]
     fn check(&self) -> Decision {
         self.check_n(1)

@@ -8,6 +8,7 @@ use crossbeam_utils::CachePadded;
 
 use crate::algorithm::gcra::TatParams;
 use crate::clock::{Clock, MonotonicClock, Nanos, duration_to_nanos};
+use crate::decision::Decision;
 use crate::quota::{Quota, QuotaError};
 use crate::state::AtomicState;
 
@@ -98,13 +99,17 @@ impl<C: Clock> Shaper<C> {
         if cost > capacity {
             return Err(ShapeError::CostExceedsCapacity { cost, capacity });
         }
+        if cost == 0 {
+            // Nothing to book, so nothing to wait for, however long the queue.
+            return Ok(Duration::ZERO);
+        }
         let (delay, _) = self.next_slot.update(self.next_slot.load(), |tat| {
             // Past the end of the clock's range: no slot can be booked.
             let step = self
                 .params
                 .step(tat, now, cost)
                 .ok_or(ShapeError::QueueFull {
-                    retry_after: Duration::MAX,
+                    retry_after: Decision::NEVER,
                 })?;
             let delay = step.allow_at.saturating_sub(now);
             if delay > self.max_delay {
@@ -112,8 +117,7 @@ impl<C: Clock> Shaper<C> {
                     retry_after: Duration::from_nanos(delay - self.max_delay),
                 });
             }
-            let next = (cost > 0).then_some(step.new_tat);
-            Ok((Duration::from_nanos(delay), next))
+            Ok((Duration::from_nanos(delay), Some(step.new_tat)))
         })?;
         Ok(delay)
     }
@@ -167,7 +171,8 @@ pub enum ShapeError {
     },
     /// The slot would be further away than `max_delay`.
     QueueFull {
-        /// How long until the same request would be given a slot within `max_delay`.
+        /// How long until the same request would be given a slot within `max_delay`
+        /// ([`Decision::NEVER`] when that lies past the end of the clock's range).
         retry_after: Duration,
     },
 }

@@ -46,6 +46,19 @@ pub struct SlidingLog<C = MonotonicClock> {
     clock: C,
 }
 
+/// Whether a unit admitted at `t` still counts at `now`: while `now < t + window`, and forever when
+/// `t + window` lies past the end of the clock's range.
+fn counts_at(t: Nanos, window: Nanos, now: Nanos) -> bool {
+    t.checked_add(window).is_none_or(|expiry| expiry > now)
+}
+
+/// Time from `now` until a unit admitted at `t` stops counting; `Decision::NEVER`'s nanoseconds when
+/// that lies past the end of the clock's range. `t + window > now` (it still counts).
+fn until_expiry(t: Nanos, window: Nanos, now: Nanos) -> Nanos {
+    t.checked_add(window)
+        .map_or(Nanos::MAX, |expiry| expiry - now)
+}
+
 /// A fixed-capacity ring of timestamps, oldest first, never decreasing.
 struct Ring {
     stamps: Box<[Nanos]>,
@@ -77,7 +90,7 @@ impl Ring {
         let (mut lo, mut hi) = (0, self.len);
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
-            if self.get(mid).saturating_add(window) > now {
+            if counts_at(self.get(mid), window, now) {
                 hi = mid;
             } else {
                 lo = mid + 1;
@@ -149,15 +162,16 @@ impl<C: Clock> SlidingLog<C> {
         let (limit, cost) = (self.limit as usize, cost as usize);
         let mut ring = lock(&self.log);
         if ring.len + cost > limit {
-            // Admitting needs the oldest `len + cost − limit` entries gone; the last of those expires at:
-            let expires = ring
-                .get(ring.len + cost - limit - 1)
-                .saturating_add(self.window);
-            if now < expires {
+            // Admitting needs the oldest `len + cost − limit` entries gone; the last of those:
+            let last_to_go = ring.get(ring.len + cost - limit - 1);
+            if counts_at(last_to_go, self.window, now) {
                 let reset = ring
                     .newest()
-                    .map_or(0, |t| t.saturating_add(self.window) - now);
-                return Ok(Decision::denied(expires - now, reset));
+                    .map_or(0, |t| until_expiry(t, self.window, now));
+                return Ok(Decision::denied(
+                    until_expiry(last_to_go, self.window, now),
+                    reset,
+                ));
             }
         }
         let live = ring.live(now, self.window);
@@ -168,7 +182,7 @@ impl<C: Clock> SlidingLog<C> {
         let reset = if live + cost == 0 {
             0
         } else {
-            stamp.saturating_add(self.window) - now
+            until_expiry(stamp, self.window, now)
         };
         Ok(Decision::allowed((limit - live - cost) as u64, reset))
     }

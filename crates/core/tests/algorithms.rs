@@ -288,8 +288,8 @@ fn shaper_spaces_output_and_bounds_its_queue_by_delay() {
     );
     clock.advance(Duration::from_millis(50));
     assert_eq!(shaper.reserve(1), Ok(Duration::from_millis(250)));
-    // Cost 0 books nothing: it only reports the current queue delay.
-    assert_eq!(shaper.reserve(0), Ok(Duration::from_millis(250)));
+    // Cost 0 books nothing, so it waits for nothing (issue 11: it used to report the queue's delay).
+    assert_eq!(shaper.reserve(0), Ok(Duration::ZERO));
     assert!(shaper.reserve(1).is_err());
 }
 
@@ -421,4 +421,76 @@ fn sliding_window_weighting_is_exact_for_very_long_windows() {
     // One nanosecond earlier the weight rounds up to 20 000 001.
     let t = sw.decide(word, w + w / 3 - 1, 1).unwrap();
     assert_eq!(t.decision.remaining(), 9_999_998);
+}
+
+/// Issue 11, finding 2: at the last instant of the clock's range the sliding log admitted without
+/// limit (an entry's expiry saturated to `u64::MAX`, which `now` equals). It must deny past its limit,
+/// and say it can never admit again (the window would end past the range).
+#[test]
+fn sliding_log_denies_at_the_end_of_the_clock() -> Result<(), Box<dyn std::error::Error>> {
+    let clock = ManualClock::starting_at(u64::MAX);
+    let log = SlidingLog::with_clock(Quota::per_second(100)?, clock.clone())?;
+    let admitted = (0..1_000).filter(|_| log.check().is_allowed()).count();
+    assert_eq!(admitted, 100);
+    assert_eq!(log.check().retry_after(), Some(Decision::NEVER));
+    clock.advance(Duration::from_secs(3600)); // saturates
+    assert!(!log.check().is_allowed());
+    Ok(())
+}
+
+/// Issue 11, finding 3: the fixed window's last window never ends within the range, so an admission
+/// there resets never (`Decision::NEVER`), not after 0.
+#[test]
+fn fixed_window_at_the_end_of_the_clock_never_resets() -> Result<(), Box<dyn std::error::Error>> {
+    let fw = FixedWindow::from_quota(Quota::per_second(10)?)?;
+    let t = fw.decide(0, u64::MAX, 1)?;
+    assert_eq!(
+        t.decision,
+        Decision::Allowed {
+            remaining: 9,
+            reset_after: Decision::NEVER
+        }
+    );
+    Ok(())
+}
+
+/// Issue 11, finding 3: one convention for "never within the clock's range": GCRA's denial past the
+/// end and the shaper's full queue past the end both say `Decision::NEVER`.
+#[test]
+fn past_the_end_of_the_clock_is_never_everywhere() -> Result<(), Box<dyn std::error::Error>> {
+    let quota = Quota::per_second(10)?.with_burst(10)?;
+    let gcra = Gcra::from_quota(quota)?;
+    let denied = gcra.decide(u64::MAX - 1, u64::MAX, 10)?.decision;
+    assert_eq!(denied.retry_after(), Some(Decision::NEVER));
+    let shaper = Shaper::with_clock(
+        quota,
+        Duration::from_secs(1),
+        ManualClock::starting_at(u64::MAX),
+    )?;
+    assert_eq!(
+        shaper.reserve(10),
+        Err(ShapeError::QueueFull {
+            retry_after: Decision::NEVER
+        })
+    );
+    Ok(())
+}
+
+/// Issue 11, finding 3: reserving nothing books nothing and so waits for nothing, even behind a queue.
+#[test]
+fn shaper_reserve_zero_waits_for_nothing() -> Result<(), Box<dyn std::error::Error>> {
+    let shaper = Shaper::with_clock(
+        Quota::per_second(10)?.with_burst(1)?,
+        Duration::from_millis(500),
+        ManualClock::new(),
+    )?;
+    assert_eq!(shaper.reserve(1)?, Duration::ZERO);
+    assert_eq!(shaper.reserve(1)?, Duration::from_millis(100));
+    assert_eq!(shaper.reserve(0)?, Duration::ZERO);
+    assert_eq!(
+        shaper.reserve(1)?,
+        Duration::from_millis(200),
+        "reserve(0) booked nothing"
+    );
+    Ok(())
 }

@@ -497,3 +497,153 @@ proptest! {
         prop_assert_eq!(sliding.unpack(sliding.pack(state)), state);
     }
 }
+
+// ---------------------------------------------------------------- the end of the clock's range
+
+/// Like [`times`], from `start` near the end of the clock's range: steps saturate at `u64::MAX`, so
+/// the tail of the trace is many requests at the last instant (issue 11, finding 2).
+fn times_to_the_end(quota: &Quota, steps: &[(u64, u64)], start: Nanos) -> Vec<(Nanos, u64)> {
+    let unit = quota.period_nanos() / 64;
+    let mut now = start;
+    steps
+        .iter()
+        .map(|&(step, cost)| {
+            now = now.saturating_add(step * unit + step % 7);
+            (now, cost)
+        })
+        .collect()
+}
+
+/// Most admitted in any trailing window `(t − period, t]`, without overflowing at the range's end.
+fn max_in_trailing_window_to_the_end(period: Nanos, admitted: &Admitted) -> u64 {
+    (0..admitted.len())
+        .map(|j| {
+            let end = u128::from(admitted[j].0);
+            admitted[..=j]
+                .iter()
+                .filter(|&&(t, _)| u128::from(t) + u128::from(period) > end)
+                .map(|&(_, c)| c)
+                .sum()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// At the range's end a denial's `retry_after` is exact where the retry instant exists, and
+/// [`Decision::NEVER`] where it would lie past the end; an admission that leaves anything counted
+/// says so in `reset_after` (never 0).
+fn honest_at_the_end<A: Algorithm>(
+    alg: &A,
+    state: u64,
+    now: Nanos,
+    cost: u64,
+    decision: &Decision,
+) -> Result<(), TestCaseError> {
+    match decision.retry_after() {
+        Some(retry) if retry == Decision::NEVER => {
+            prop_assert!(
+                !alg.decide(state, Nanos::MAX, cost)
+                    .unwrap()
+                    .decision
+                    .is_allowed()
+            );
+        }
+        Some(_) => retry_is_exact(alg, state, now, cost, decision)?,
+        None => {
+            if cost > 0 {
+                prop_assert!(
+                    decision.reset_after() > Duration::ZERO,
+                    "admitted with reset_after 0"
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    #[test]
+    fn gcra_keeps_its_bound_at_the_end_of_the_clock(
+        q in quota(), steps in trace(), periods_left in 0u64..4,
+    ) {
+        let gcra = Gcra::from_quota(q).unwrap();
+        let start = Nanos::MAX - periods_left * q.period_nanos();
+        let (admitted, _) = run(&gcra, &times_to_the_end(&q, &steps, start), |s, now, cost, d| {
+            honest_at_the_end(&gcra, s, now, cost, d)
+        })?;
+        bucket_bound(&q, &admitted)?;
+    }
+
+    #[test]
+    fn leaky_bucket_keeps_its_bound_at_the_end_of_the_clock(
+        q in quota(), steps in trace(), periods_left in 0u64..4,
+    ) {
+        let bucket = LeakyBucket::from_quota(q).unwrap();
+        let start = Nanos::MAX - periods_left * q.period_nanos();
+        let (admitted, _) = run(&bucket, &times_to_the_end(&q, &steps, start), |s, now, cost, d| {
+            honest_at_the_end(&bucket, s, now, cost, d)
+        })?;
+        bucket_bound(&q, &admitted)?;
+    }
+
+    #[test]
+    fn fixed_window_keeps_its_bound_at_the_end_of_the_clock(
+        q in quota(), steps in trace(), periods_left in 0u64..4,
+    ) {
+        let fw = FixedWindow::from_quota(q).unwrap();
+        let start = Nanos::MAX - periods_left * q.period_nanos();
+        let (admitted, _) = run(&fw, &times_to_the_end(&q, &steps, start), |s, now, cost, d| {
+            honest_at_the_end(&fw, s, now, cost, d)
+        })?;
+        let mut per_window: HashMap<u64, u64> = HashMap::new();
+        for (t, cost) in admitted {
+            *per_window.entry(t / q.period_nanos()).or_default() += cost;
+        }
+        prop_assert!(per_window.values().all(|&c| c <= q.limit()));
+    }
+
+    #[test]
+    fn sliding_window_keeps_its_bounds_at_the_end_of_the_clock(
+        q in quota(), steps in trace(), periods_left in 0u64..4,
+    ) {
+        let sw = SlidingWindow::from_quota(q).unwrap();
+        let start = Nanos::MAX - periods_left * q.period_nanos();
+        let (admitted, _) = run(&sw, &times_to_the_end(&q, &steps, start), |s, now, cost, d| {
+            honest_at_the_end(&sw, s, now, cost, d)
+        })?;
+        let mut per_window: HashMap<u64, u64> = HashMap::new();
+        for &(t, cost) in &admitted {
+            *per_window.entry(t / q.period_nanos()).or_default() += cost;
+        }
+        prop_assert!(per_window.values().all(|&c| c <= q.limit()));
+        prop_assert!(max_in_trailing_window_to_the_end(q.period_nanos(), &admitted) <= 2 * q.limit());
+    }
+
+    #[test]
+    fn sliding_log_is_exact_at_the_end_of_the_clock(
+        q in quota(), steps in trace(), periods_left in 0u64..4,
+    ) {
+        let start = Nanos::MAX - periods_left * q.period_nanos();
+        let log = SlidingLog::with_clock(q, ManualClock::starting_at(start)).unwrap();
+        let mut admitted = Vec::new();
+        for (now, raw) in times_to_the_end(&q, &steps, start) {
+            let cost = scaled_cost(raw, q.limit());
+            let Ok(d) = log.check_at(now, cost) else {
+                prop_assert!(cost > q.limit());
+                continue;
+            };
+            match d.retry_after() {
+                None => admitted.push((now, cost)),
+                Some(retry) if retry == Decision::NEVER => {}
+                Some(retry) => {
+                    let at = now + retry.as_nanos() as u64;
+                    prop_assert!(log.peek_at(at, cost).unwrap().is_allowed());
+                    prop_assert!(!log.peek_at(at - 1, cost).unwrap().is_allowed());
+                }
+            }
+        }
+        prop_assert!(max_in_trailing_window_to_the_end(q.period_nanos(), &admitted) <= q.limit());
+    }
+}

@@ -121,10 +121,11 @@ impl Algorithm for FixedWindow {
         } else {
             (state.index, state.count)
         };
-        // `index <= u64::MAX / window`, but `(index + 1) × window` may pass the end of time.
+        // `index <= u64::MAX / window`, but `(index + 1) × window` may pass the end of time: the last
+        // window then never ends within the range (`Decision::NEVER`). Otherwise `end > now`.
         let until_end = (index + 1)
-            .saturating_mul(self.params.window)
-            .saturating_sub(now);
+            .checked_mul(self.params.window)
+            .map_or(Nanos::MAX, |end| end - now);
         let used = count + cost; // both at most `limit`, so no overflow
         if used > self.params.limit {
             // `cost <= limit`, so the next window admits it.

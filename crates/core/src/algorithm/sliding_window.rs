@@ -206,20 +206,26 @@ impl Algorithm for SlidingWindow {
                 state.index * self.params.window - now,
             ),
         };
+        // A wait that would end past the clock's range is `Decision::NEVER`.
+        let within_range = |wait: Nanos| {
+            let wait = wait.saturating_add(lag);
+            if wait > Nanos::MAX - now {
+                Nanos::MAX
+            } else {
+                wait
+            }
+        };
         let estimate = current + weighted(previous, elapsed, self.params.window);
         if estimate + cost > self.params.limit {
             return Ok(Transition::unchanged(Decision::denied(
-                self.wait(previous, current, elapsed, cost)
-                    .saturating_add(lag),
-                self.reset_after(previous, current, elapsed)
-                    .saturating_add(lag),
+                within_range(self.wait(previous, current, elapsed, cost)),
+                within_range(self.reset_after(previous, current, elapsed)),
             )));
         }
         let current = current + cost;
         let decision = Decision::allowed(
             self.params.limit - estimate - cost,
-            self.reset_after(previous, current, elapsed)
-                .saturating_add(lag),
+            within_range(self.reset_after(previous, current, elapsed)),
         );
         if cost == 0 {
             return Ok(Transition::unchanged(decision));
