@@ -11,6 +11,40 @@ use tollgate_core::{Algorithm, CheckError, Clock, Decision};
 
 use crate::limiter::{KeyedLimiter, Place};
 
+impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
+    /// Decides `cost` units for each key of `keys`, in order, fetching each key's slot a few keys
+    /// ahead of its decision so that the memory latency of consecutive lookups overlaps (one
+    /// decision in a table larger than the CPU cache is mostly one memory round trip). Each item is
+    /// exactly what [`check_key`](Self::check_key) would return for that key at the moment the item
+    /// is produced (the clock is read per decision). Lazy, allocation-free: up to
+    /// [`CHECK_KEYS_LOOKAHEAD`](crate::CHECK_KEYS_LOOKAHEAD) keys are hashed ahead of the one decided.
+    ///
+    /// ```
+    /// use tollgate_core::{Gcra, ManualClock, Quota};
+    /// use tollgate_sharded::KeyedLimiter;
+    ///
+    /// let limiter = KeyedLimiter::<str, Gcra, _>::with_clock(Quota::per_second(1)?, 1_000, ManualClock::new())?;
+    /// let allowed: Vec<bool> = limiter
+    ///     .check_keys(["alice", "bob", "alice"], 1)
+    ///     .map(|decision| decision.is_ok_and(|d| d.is_allowed()))
+    ///     .collect();
+    /// assert_eq!(allowed, [true, true, false]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn check_keys<'q, Q, I>(
+        &self,
+        keys: I,
+        cost: u64,
+    ) -> CheckKeys<'_, 'q, K, Q, A, C, I::IntoIter>
+    where
+        K: Borrow<Q>,
+        Q: Hash + ?Sized + 'q,
+        I: IntoIterator<Item = &'q Q>,
+    {
+        CheckKeys::new(self, keys.into_iter(), cost)
+    }
+}
+
 /// How many keys [`KeyedLimiter::check_keys`] locates and prefetches ahead of the one it decides.
 ///
 /// With one memory round trip per lookup, up to this many round trips are in flight at once; 8 covers

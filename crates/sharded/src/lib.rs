@@ -52,14 +52,19 @@
 //! `loom-tests/tests/sharded.rs`.
 
 mod batch;
+mod builder;
 mod error;
+mod insert;
 mod ledger;
 mod limiter;
+mod overrides;
 mod slot;
 mod sync;
+mod table;
 
 pub use batch::{CHECK_KEYS_LOOKAHEAD, CheckKeys};
+pub use builder::Builder;
 pub use error::KeyedError;
 pub use limiter::{
-    Builder, DEFAULT_WINDOW, KeyedLimiter, MAX_OVERRIDE_QUOTAS, MAX_STRIPES, MAX_WINDOW, MIN_WINDOW,
+    DEFAULT_WINDOW, KeyedLimiter, MAX_OVERRIDE_QUOTAS, MAX_STRIPES, MAX_WINDOW, MIN_WINDOW,
 };

@@ -1,4 +1,6 @@
-//! [`KeyedLimiter`]: the fixed-size striped table and its decision path.
+//! [`KeyedLimiter`]: the table type, its constructors and accessors, and the public per-key calls.
+//! The slot operations and lock-free path are in `table.rs`, inserts in `insert.rs`, overrides in
+//! `overrides.rs`, the options in `builder.rs`, streams of keys in `batch.rs`.
 
 use std::borrow::Borrow;
 use std::fmt;
@@ -11,16 +13,11 @@ use tollgate_core::{
     Algorithm, AtomicState, CheckError, Clock, Decision, MonotonicClock, Nanos, Quota,
 };
 
-use crate::batch::CheckKeys;
+use crate::builder::Builder;
 use crate::error::KeyedError;
 use crate::ledger::OverflowLedger;
-use crate::slot::{SlotWord, TIER_MASK, tag_hash};
+use crate::slot::{SlotWord, TIER_MASK};
 use crate::sync::{AtomicPair, AtomicUsize, Mutex, Ordering, lock};
-
-/// Slots allocated per key of capacity, as a fraction: the table runs at most 70 % full at its
-/// configured capacity (16 B / 0.7 ≈ 22.9 B per key).
-const SLOTS_PER_KEY_NUM: usize = 10;
-const SLOTS_PER_KEY_DEN: usize = 7;
 
 /// The most stripes a table may have.
 pub const MAX_STRIPES: usize = 1 << 16;
@@ -35,72 +32,16 @@ pub const DEFAULT_WINDOW: usize = 32;
 pub const MAX_OVERRIDE_QUOTAS: usize = TIER_MASK as usize;
 
 /// One stripe's shared, rarely written data; each sits on its own cache line(s).
-struct Stripe {
+pub(crate) struct Stripe {
     /// Serialises inserts (and override changes) in this stripe's slots, and guards the ledger of
     /// keys the overflow state decided. Lookups never take it.
-    insert: Mutex<OverflowLedger>,
+    pub(crate) insert: Mutex<OverflowLedger>,
     /// Slots of this stripe that hold a key (eviction re-tags a slot, so this only grows).
-    len: AtomicUsize,
+    pub(crate) len: AtomicUsize,
     /// The shared state that decides new keys when their window has no room (the full-table policy).
-    overflow: AtomicState,
+    pub(crate) overflow: AtomicState,
     /// Decisions made by `overflow` (monitoring).
-    overflowed: AtomicUsize,
-}
-
-/// Options for a [`KeyedLimiter`], from [`KeyedLimiter::builder`].
-pub struct Builder<K: ?Sized, A, C = MonotonicClock> {
-    quota: Quota,
-    capacity: usize,
-    clock: C,
-    seed: Option<u64>,
-    stripes: Option<usize>,
-    window: usize,
-    _key: PhantomData<fn(&K)>,
-    _algorithm: PhantomData<A>,
-}
-
-impl<K: ?Sized, A: Algorithm, C: Clock> Builder<K, A, C> {
-    /// Uses `clock` instead of the default [`MonotonicClock`].
-    pub fn clock<C2: Clock>(self, clock: C2) -> Builder<K, A, C2> {
-        Builder {
-            quota: self.quota,
-            capacity: self.capacity,
-            clock,
-            seed: self.seed,
-            stripes: self.stripes,
-            window: self.window,
-            _key: PhantomData,
-            _algorithm: PhantomData,
-        }
-    }
-
-    /// Fixes the hash seed (default: random per limiter). A fixed seed makes slot placement
-    /// reproducible, for tests; in production it lets anyone who learns it aim keys at one window.
-    pub fn hasher_seed(mut self, seed: u64) -> Self {
-        self.seed = Some(seed);
-        self
-    }
-
-    /// The number of stripes: a power of two, at most [`MAX_STRIPES`]. Default: the smallest power of
-    /// two ≥ 4 × available parallelism, reduced while stripes would hold fewer than 4 windows.
-    pub fn stripes(mut self, stripes: usize) -> Self {
-        self.stripes = Some(stripes);
-        self
-    }
-
-    /// The probe window in slots ([`MIN_WINDOW`]..=[`MAX_WINDOW`], default [`DEFAULT_WINDOW`]).
-    pub fn window(mut self, window: usize) -> Self {
-        self.window = window;
-        self
-    }
-
-    /// Builds the limiter, allocating the whole table now.
-    ///
-    /// # Errors
-    /// [`KeyedError`] for an invalid quota, capacity, stripe count or window.
-    pub fn build(self) -> Result<KeyedLimiter<K, A, C>, KeyedError> {
-        KeyedLimiter::from_builder(self)
-    }
+    pub(crate) overflowed: AtomicUsize,
 }
 
 /// A rate limiter per key, over a fixed-size, preallocated, striped open-addressing table.
@@ -135,38 +76,38 @@ impl<K: ?Sized, A: Algorithm, C: Clock> Builder<K, A, C> {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct KeyedLimiter<K: ?Sized, A, C = MonotonicClock> {
-    slots: Box<[AtomicPair]>,
-    stripes: Box<[CachePadded<Stripe>]>,
+    pub(crate) slots: Box<[AtomicPair]>,
+    pub(crate) stripes: Box<[CachePadded<Stripe>]>,
     /// `64 - log2(stripes)`, or 64 with one stripe (then the stripe index is always 0).
-    stripe_shift: u32,
-    slots_per_stripe: usize,
-    window: usize,
-    algorithm: A,
+    pub(crate) stripe_shift: u32,
+    pub(crate) slots_per_stripe: usize,
+    pub(crate) window: usize,
+    pub(crate) algorithm: A,
     /// Override quotas; tier `t` (1..=15) uses `tiers[t - 1]`, set once and never changed.
-    tiers: Box<[OnceLock<A>]>,
-    tiers_lock: Mutex<()>,
-    hasher: foldhash::quality::FixedState,
-    capacity: usize,
-    clock: C,
-    _key: PhantomData<fn(&K)>,
+    pub(crate) tiers: Box<[OnceLock<A>]>,
+    pub(crate) tiers_lock: Mutex<()>,
+    pub(crate) hasher: foldhash::quality::FixedState,
+    pub(crate) capacity: usize,
+    pub(crate) clock: C,
+    pub(crate) _key: PhantomData<fn(&K)>,
 }
 
 /// Where a key lives: its stripe, its tag's hash part, and its home slot (absolute index).
 #[derive(Clone, Copy, Default)]
 pub(crate) struct Place {
-    stripe: usize,
-    hash_part: u64,
+    pub(crate) stripe: usize,
+    pub(crate) hash_part: u64,
     /// First slot of the stripe.
-    base: usize,
+    pub(crate) base: usize,
     /// Home offset within the stripe.
-    home: usize,
+    pub(crate) home: usize,
 }
 
 /// A slot's absolute index and the content read from it.
-type SlotAt = (usize, SlotWord);
+pub(crate) type SlotAt = (usize, SlotWord);
 
 /// What the lock-free scan of a window found.
-enum Scan {
+pub(crate) enum Scan {
     /// The key, at this absolute slot index, with this content.
     Found(usize, SlotWord),
     /// Not found; whether the window has room (an empty or fresh unpinned slot).
@@ -185,32 +126,14 @@ impl<K: ?Sized, A: Algorithm> KeyedLimiter<K, A, MonotonicClock> {
 
     /// Options beyond [`new`](Self::new): clock, seed, stripes, window.
     pub fn builder(quota: Quota, capacity: usize) -> Builder<K, A, MonotonicClock> {
-        Builder {
-            quota,
-            capacity,
-            clock: MonotonicClock::new(),
-            seed: None,
-            stripes: None,
-            window: DEFAULT_WINDOW,
-            _key: PhantomData,
-            _algorithm: PhantomData,
-        }
+        Builder::new(quota, capacity, MonotonicClock::new())
     }
 }
 
 impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     /// Options as [`builder`](KeyedLimiter::builder), reading `clock` (no default clock is created).
     pub fn builder_with_clock(quota: Quota, capacity: usize, clock: C) -> Builder<K, A, C> {
-        Builder {
-            quota,
-            capacity,
-            clock,
-            seed: None,
-            stripes: None,
-            window: DEFAULT_WINDOW,
-            _key: PhantomData,
-            _algorithm: PhantomData,
-        }
+        Builder::new(quota, capacity, clock)
     }
 
     /// A limiter reading `clock`; otherwise as [`new`](KeyedLimiter::new).
@@ -219,67 +142,6 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     /// As [`new`](KeyedLimiter::new).
     pub fn with_clock(quota: Quota, capacity: usize, clock: C) -> Result<Self, KeyedError> {
         Self::builder_with_clock(quota, capacity, clock).build()
-    }
-
-    fn from_builder(builder: Builder<K, A, C>) -> Result<Self, KeyedError> {
-        let algorithm = A::from_quota(builder.quota)?;
-        let capacity = builder.capacity;
-        if capacity == 0 {
-            return Err(KeyedError::ZeroCapacity);
-        }
-        let window = builder.window;
-        if !(MIN_WINDOW..=MAX_WINDOW).contains(&window) {
-            return Err(KeyedError::InvalidWindow { window });
-        }
-        let too_large = KeyedError::CapacityTooLarge { capacity };
-        let wanted_slots = capacity
-            .checked_mul(SLOTS_PER_KEY_NUM)
-            .ok_or(too_large)?
-            .div_ceil(SLOTS_PER_KEY_DEN);
-        let stripes = match builder.stripes {
-            Some(stripes) => {
-                if stripes == 0 || !stripes.is_power_of_two() || stripes > MAX_STRIPES {
-                    return Err(KeyedError::InvalidStripes { stripes });
-                }
-                stripes
-            }
-            None => default_stripes(wanted_slots, window),
-        };
-        // Every stripe holds at least one window, so a window never wraps onto itself.
-        let slots_per_stripe = wanted_slots.div_ceil(stripes).max(window);
-        let total = slots_per_stripe.checked_mul(stripes).ok_or(too_large)?;
-        if total
-            .checked_mul(size_of::<AtomicPair>())
-            .is_none_or(|bytes| bytes > isize::MAX as usize)
-        {
-            return Err(too_large);
-        }
-        let slots = AtomicPair::zeroed_slice(total);
-        let stripe_list: Box<[CachePadded<Stripe>]> = (0..stripes)
-            .map(|_| {
-                CachePadded::new(Stripe {
-                    insert: Mutex::new(OverflowLedger::new()),
-                    len: AtomicUsize::new(0),
-                    overflow: AtomicState::new(0),
-                    overflowed: AtomicUsize::new(0),
-                })
-            })
-            .collect();
-        let seed = builder.seed.unwrap_or_else(random_seed);
-        Ok(KeyedLimiter {
-            slots,
-            stripes: stripe_list,
-            stripe_shift: 64 - stripes.trailing_zeros(),
-            slots_per_stripe,
-            window,
-            algorithm,
-            tiers: (0..MAX_OVERRIDE_QUOTAS).map(|_| OnceLock::new()).collect(),
-            tiers_lock: Mutex::new(()),
-            hasher: foldhash::quality::FixedState::with_seed(seed),
-            capacity,
-            clock: builder.clock,
-            _key: PhantomData,
-        })
     }
 
     /// The default quota's algorithm.
@@ -400,38 +262,6 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         self.locate(key);
     }
 
-    /// Decides `cost` units for each key of `keys`, in order, fetching each key's slot a few keys
-    /// ahead of its decision so that the memory latency of consecutive lookups overlaps (one
-    /// decision in a table larger than the CPU cache is mostly one memory round trip). Each item is
-    /// exactly what [`check_key`](Self::check_key) would return for that key at the moment the item
-    /// is produced (the clock is read per decision). Lazy, allocation-free: up to
-    /// [`CHECK_KEYS_LOOKAHEAD`](crate::CHECK_KEYS_LOOKAHEAD) keys are hashed ahead of the one decided.
-    ///
-    /// ```
-    /// use tollgate_core::{Gcra, ManualClock, Quota};
-    /// use tollgate_sharded::KeyedLimiter;
-    ///
-    /// let limiter = KeyedLimiter::<str, Gcra, _>::with_clock(Quota::per_second(1)?, 1_000, ManualClock::new())?;
-    /// let allowed: Vec<bool> = limiter
-    ///     .check_keys(["alice", "bob", "alice"], 1)
-    ///     .map(|decision| decision.is_ok_and(|d| d.is_allowed()))
-    ///     .collect();
-    /// assert_eq!(allowed, [true, true, false]);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn check_keys<'q, Q, I>(
-        &self,
-        keys: I,
-        cost: u64,
-    ) -> CheckKeys<'_, 'q, K, Q, A, C, I::IntoIter>
-    where
-        K: Borrow<Q>,
-        Q: Hash + ?Sized + 'q,
-        I: IntoIterator<Item = &'q Q>,
-    {
-        CheckKeys::new(self, keys.into_iter(), cost)
-    }
-
     /// The key's place, with its home slot's line already requested from memory.
     #[inline]
     pub(crate) fn locate<Q>(&self, key: &Q) -> Place
@@ -497,340 +327,6 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
             }
         }
     }
-
-    /// Gives `key` its own `quota` instead of the default (e.g. a premium API key), keeping its
-    /// current state word. The key's slot is pinned: never evicted while it has an override.
-    ///
-    /// Overrides live in the table itself: a 4-bit tier in the slot's tag indexes one of at most
-    /// [`MAX_OVERRIDE_QUOTAS`] override quotas. Keys sharing a quota share its tier.
-    ///
-    /// # Errors
-    /// [`KeyedError::Quota`] for a quota the algorithm cannot represent,
-    /// [`KeyedError::TooManyOverrideQuotas`] when the quota is new and all tiers are taken,
-    /// [`KeyedError::WindowFull`] when the key is not in the table and its window has no room.
-    pub fn set_override<Q>(&self, key: &Q, quota: Quota) -> Result<(), KeyedError>
-    where
-        K: Borrow<Q>,
-        Q: Hash + ?Sized,
-    {
-        let tier = self.tier_for(quota)?;
-        let place = self.place(self.hasher.hash_one(key));
-        let stripe = &self.stripes[place.stripe];
-        let mut ledger = lock(&stripe.insert);
-        let now = self.clock.now();
-        loop {
-            let (found, candidate) = self.scan_locked(place, now);
-            let (index, old, new) = match (found, candidate) {
-                (Some((index, old)), _) => (index, old, old.with_tier(tier)),
-                (None, Some((index, old))) => {
-                    let state = self.new_key_state(stripe, &mut ledger, place.hash_part, now);
-                    (index, old, SlotWord::new(place.hash_part, tier, state))
-                }
-                (None, None) => return Err(KeyedError::WindowFull),
-            };
-            if self.replace(index, old, new) {
-                if old.is_empty() {
-                    self.count_insert(place.stripe);
-                }
-                ledger.settle(place.hash_part);
-                return Ok(());
-            }
-        }
-    }
-
-    /// Returns `key` to the default quota (its state word is kept) and unpins its slot. Returns whether
-    /// the key had an override.
-    pub fn remove_override<Q>(&self, key: &Q) -> bool
-    where
-        K: Borrow<Q>,
-        Q: Hash + ?Sized,
-    {
-        let place = self.place(self.hasher.hash_one(key));
-        let _guard = lock(&self.stripes[place.stripe].insert);
-        loop {
-            let (found, _) = self.scan_locked(place, 0);
-            let Some((index, old)) = found else {
-                return false;
-            };
-            if old.tier() == 0 {
-                return false;
-            }
-            if self.replace(index, old, old.with_tier(0)) {
-                return true;
-            }
-        }
-    }
-
-    /// The quota `key` is limited by: its override, or the default.
-    pub fn quota_for<Q>(&self, key: &Q) -> &Quota
-    where
-        K: Borrow<Q>,
-        Q: Hash + ?Sized,
-    {
-        let place = self.place(self.hasher.hash_one(key));
-        match self.scan(place, None, None) {
-            Scan::Found(_, found) => self.algorithm_for(found.tier()).quota(),
-            Scan::Missing { .. } => self.algorithm.quota(),
-        }
-    }
-
-    // ---- internals -------------------------------------------------------------------------------
-
-    #[inline]
-    fn place(&self, hash: u64) -> Place {
-        // Stripe from the top bits; home slot from the low 32 bits by multiply-shift (no division);
-        // the tag keeps the high 60 bits. `checked_shr` gives stripe 0 when there is one stripe.
-        let stripe = hash.checked_shr(self.stripe_shift).unwrap_or(0) as usize;
-        let home = (((hash & 0xFFFF_FFFF) * self.slots_per_stripe as u64) >> 32) as usize;
-        Place {
-            stripe,
-            hash_part: tag_hash(hash),
-            base: stripe * self.slots_per_stripe,
-            home,
-        }
-    }
-
-    /// Absolute slot indices of `place`'s window, in probe order (wrapping within the stripe).
-    #[inline]
-    fn window_indices(&self, place: Place) -> impl Iterator<Item = usize> + use<K, A, C> {
-        let (base, home, per) = (place.base, place.home, self.slots_per_stripe);
-        (0..self.window).map(move |i| {
-            let offset = home + i;
-            base + if offset >= per { offset - per } else { offset }
-        })
-    }
-
-    #[inline]
-    fn load(&self, index: usize) -> SlotWord {
-        // Acquire: pairs with the Release exchange that wrote a tier into a tag (set_override), so a
-        // reader that sees tier t also sees `tiers[t - 1]` initialised. Slots publish nothing else.
-        SlotWord::unpack(self.slots[index].load(Ordering::Acquire))
-    }
-
-    /// One exchange of a whole slot; whether it took.
-    #[inline]
-    fn replace(&self, index: usize, old: SlotWord, new: SlotWord) -> bool {
-        self.exchange(index, old, new).is_ok()
-    }
-
-    #[inline]
-    fn exchange(&self, index: usize, old: SlotWord, new: SlotWord) -> Result<SlotWord, SlotWord> {
-        // AcqRel on success: Release publishes a newly set tier's quota (see `load`); Acquire on both
-        // paths because the word we get back may carry a tier we then read. On x86_64 every 128-bit
-        // access is a locked instruction or an aligned vector load, so this costs nothing extra.
-        self.slots[index]
-            .compare_exchange(old.pack(), new.pack(), Ordering::AcqRel, Ordering::Acquire)
-            .map(SlotWord::unpack)
-            .map_err(SlotWord::unpack)
-    }
-
-    #[inline]
-    fn algorithm_for(&self, tier: u8) -> &A {
-        match tier {
-            0 => &self.algorithm,
-            // A set tier is always initialised (see `load`); the default is only a non-panicking
-            // fallback that cannot be reached.
-            t => self.tiers[usize::from(t) - 1]
-                .get()
-                .unwrap_or(&self.algorithm),
-        }
-    }
-
-    /// Lock-free scan: stops at the key or at the first empty slot (slots are claimed in probe order and
-    /// never emptied, so a key is never stored past an empty slot).
-    /// The decision path: find the key lock-free and apply, or insert it. `home` is the key's home
-    /// slot if the caller already loaded it.
-    // `always`: once check_keys became a further caller the compiler outlined it, and check_key at
-    // 1 M keys ran 1.1–1.4× slower in interleaved A/B runs.
-    #[inline(always)]
-    pub(crate) fn decide(
-        &self,
-        place: Place,
-        mut home: Option<SlotWord>,
-        now: Nanos,
-        cost: u64,
-    ) -> Result<Decision, CheckError> {
-        loop {
-            match self.scan(place, home.take(), None) {
-                Scan::Found(index, found) => {
-                    if let Some(result) = self.apply(index, found, now, cost) {
-                        return result;
-                    }
-                    // The slot was re-tagged (the key was evicted) under us: look again.
-                }
-                Scan::Missing { .. } => return self.insert(place, now, cost),
-            }
-        }
-    }
-
-    /// `home`: the home slot's word if already loaded. `room` is only worked out when `room_at` is
-    /// given (peeks); the decision path does not need it.
-    #[inline]
-    fn scan(&self, place: Place, mut home: Option<SlotWord>, room_at: Option<Nanos>) -> Scan {
-        let mut room = false;
-        for index in self.window_indices(place) {
-            let word = home.take().unwrap_or_else(|| self.load(index));
-            if word.is_empty() {
-                return Scan::Missing { room: true };
-            }
-            if word.hash_part() == place.hash_part {
-                return Scan::Found(index, word);
-            }
-            if let Some(now) = room_at {
-                room = room || (word.tier() == 0 && self.algorithm.is_fresh(word.state, now));
-            }
-        }
-        Scan::Missing { room }
-    }
-
-    /// Applies the key's algorithm to the slot with the pair CAS loop. `None`: the slot no longer
-    /// holds the key (evicted under us); the caller rescans.
-    #[inline]
-    fn apply(
-        &self,
-        index: usize,
-        mut current: SlotWord,
-        now: Nanos,
-        cost: u64,
-    ) -> Option<Result<Decision, CheckError>> {
-        let hash_part = current.hash_part();
-        loop {
-            let transition =
-                match self
-                    .algorithm_for(current.tier())
-                    .decide(current.state, now, cost)
-                {
-                    Ok(transition) => transition,
-                    Err(error) => return Some(Err(error)),
-                };
-            let Some(next) = transition.next.filter(|&next| next != current.state) else {
-                return Some(Ok(transition.decision));
-            };
-            match self.exchange(index, current, current.with_state(next)) {
-                Ok(_) => return Some(Ok(transition.decision)),
-                // Same key (another admission, or a tier change): re-decide against what we found.
-                Err(actual) if actual.hash_part() == hash_part => current = actual,
-                Err(_) => return None,
-            }
-        }
-    }
-
-    /// Under the stripe lock: the key's slot if present, and the slot a new key may take: the first
-    /// empty one, or when the window has none, the first holding an unpinned key fresh at `now`.
-    /// Empty first, so idle keys stay resident (and are found lock-free when they come back) for as
-    /// long as there is room: evicting them early only turns their next decision into an insert.
-    fn scan_locked(&self, place: Place, now: Nanos) -> (Option<SlotAt>, Option<SlotAt>) {
-        let mut candidate = None;
-        for index in self.window_indices(place) {
-            let word = self.load(index);
-            if word.is_empty() {
-                return (None, Some((index, word)));
-            }
-            if word.hash_part() == place.hash_part {
-                return (Some((index, word)), None);
-            }
-            if candidate.is_none() && word.tier() == 0 && self.algorithm.is_fresh(word.state, now) {
-                candidate = Some((index, word));
-            }
-        }
-        (None, candidate)
-    }
-
-    /// A key the lock-free scan did not find: under the stripe lock, find it (a racing insert may have
-    /// added it), or claim a slot for it, or decide it by the stripe's overflow state.
-    #[cold]
-    fn insert(&self, place: Place, now: Nanos, cost: u64) -> Result<Decision, CheckError> {
-        let stripe = &self.stripes[place.stripe];
-        let mut ledger = lock(&stripe.insert);
-        loop {
-            match self.scan_locked(place, now) {
-                (Some((index, found)), _) => {
-                    if let Some(result) = self.apply(index, found, now, cost) {
-                        return result;
-                    }
-                    // Only inserts re-tag slots and we hold the stripe's lock: unreachable, but
-                    // rescanning is correct anyway.
-                }
-                (None, Some((index, old))) => {
-                    let state = self.new_key_state(stripe, &mut ledger, place.hash_part, now);
-                    let transition = self.algorithm.decide(state, now, cost)?;
-                    let Some(next) = transition.next else {
-                        // A decision that writes nothing (cost 0) does not insert the key.
-                        return Ok(transition.decision);
-                    };
-                    // Evicting a fresh key: this exchange fails if an admission on it landed after
-                    // our load (its state is then no longer `old.state`), and we rescan.
-                    if self.replace(index, old, SlotWord::new(place.hash_part, 0, next)) {
-                        if old.is_empty() {
-                            self.count_insert(place.stripe);
-                        }
-                        ledger.settle(place.hash_part);
-                        return Ok(transition.decision);
-                    }
-                }
-                (None, None) => {
-                    // Relaxed: a monitoring counter; publishes nothing.
-                    stripe.overflowed.fetch_add(1, Ordering::Relaxed);
-                    let decision = stripe.overflow.apply(&self.algorithm, now, cost)?;
-                    if decision.is_allowed() {
-                        ledger.record(place.hash_part);
-                    }
-                    return Ok(decision);
-                }
-            }
-        }
-    }
-
-    /// The state a key starts from when it takes a slot (under the stripe lock): fresh (`0`), unless
-    /// the stripe's overflow state decided this key and is not fresh yet, in which case a copy of it.
-    ///
-    /// Why: every admission the overflow state made, this key's included, is recorded in it, and each
-    /// algorithm's state only grows stricter as it records more admissions; so starting from it, the
-    /// key's admitted stream (overflow and slot together) still conforms to its own quota, where
-    /// starting fresh would hand it a second burst. Keys the ledger does not name never overflowed
-    /// (or settled their debt in a slot since) and start fresh; a saturated ledger names every key.
-    /// Once the overflow state is fresh again no key owes it anything.
-    fn new_key_state(
-        &self,
-        stripe: &Stripe,
-        ledger: &mut OverflowLedger,
-        hash_part: u64,
-        now: Nanos,
-    ) -> u64 {
-        let overflow = stripe.overflow.load();
-        if self.algorithm.is_fresh(overflow, now) {
-            ledger.clear();
-            0
-        } else if ledger.owes(hash_part) {
-            overflow
-        } else {
-            0
-        }
-    }
-
-    fn count_insert(&self, stripe: usize) {
-        // Relaxed: a monitoring counter, written under the stripe lock; publishes nothing.
-        self.stripes[stripe].len.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// The tier for an override quota: an existing one with the same quota, or a new one.
-    fn tier_for(&self, quota: Quota) -> Result<u8, KeyedError> {
-        let algorithm = A::from_quota(quota)?;
-        let _guard = lock(&self.tiers_lock);
-        for (i, tier) in self.tiers.iter().enumerate() {
-            let number = u8::try_from(i + 1).map_err(|_| KeyedError::TooManyOverrideQuotas)?;
-            match tier.get() {
-                Some(existing) if *existing.quota() == quota => return Ok(number),
-                Some(_) => {}
-                None => {
-                    // Only this function sets tiers, under `tiers_lock`, so the cell is still empty.
-                    let _ = tier.set(algorithm);
-                    return Ok(number);
-                }
-            }
-        }
-        Err(KeyedError::TooManyOverrideQuotas)
-    }
 }
 
 impl<K: ?Sized, A: Algorithm + fmt::Debug, C> fmt::Debug for KeyedLimiter<K, A, C> {
@@ -843,20 +339,4 @@ impl<K: ?Sized, A: Algorithm + fmt::Debug, C> fmt::Debug for KeyedLimiter<K, A, 
             .field("window", &self.window)
             .finish_non_exhaustive()
     }
-}
-
-/// Default stripe count: ≥ 4 stripes per thread of parallelism (so two threads rarely share a stripe
-/// lock when inserting), fewer when stripes would hold under 4 windows.
-fn default_stripes(slots: usize, window: usize) -> usize {
-    let threads = std::thread::available_parallelism().map_or(4, usize::from);
-    let mut stripes = (threads * 4).next_power_of_two().min(MAX_STRIPES);
-    while stripes > 1 && slots / stripes < 4 * window {
-        stripes /= 2;
-    }
-    stripes
-}
-
-/// A per-limiter random seed from std's randomly keyed SipHash (no extra dependency).
-fn random_seed() -> u64 {
-    std::hash::RandomState::new().hash_one(0x746f_6c6c_6761_7465_u64)
 }

@@ -1,0 +1,109 @@
+//! Per-key override quotas (tiers): a 4-bit tier in the key's own slot selects one of at most
+//! [`MAX_OVERRIDE_QUOTAS`](crate::MAX_OVERRIDE_QUOTAS) quotas; such slots are pinned.
+
+use std::borrow::Borrow;
+use std::hash::{BuildHasher, Hash};
+
+use tollgate_core::{Algorithm, Clock, Quota};
+
+use crate::error::KeyedError;
+use crate::limiter::{KeyedLimiter, Scan};
+use crate::slot::SlotWord;
+use crate::sync::lock;
+
+impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
+    /// Gives `key` its own `quota` instead of the default (e.g. a premium API key), keeping its
+    /// current state word. The key's slot is pinned: never evicted while it has an override.
+    ///
+    /// Overrides live in the table itself: a 4-bit tier in the slot's tag indexes one of at most
+    /// [`MAX_OVERRIDE_QUOTAS`] override quotas. Keys sharing a quota share its tier.
+    ///
+    /// # Errors
+    /// [`KeyedError::Quota`] for a quota the algorithm cannot represent,
+    /// [`KeyedError::TooManyOverrideQuotas`] when the quota is new and all tiers are taken,
+    /// [`KeyedError::WindowFull`] when the key is not in the table and its window has no room.
+    pub fn set_override<Q>(&self, key: &Q, quota: Quota) -> Result<(), KeyedError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + ?Sized,
+    {
+        let tier = self.tier_for(quota)?;
+        let place = self.place(self.hasher.hash_one(key));
+        let stripe = &self.stripes[place.stripe];
+        let mut ledger = lock(&stripe.insert);
+        let now = self.clock.now();
+        loop {
+            let (found, candidate) = self.scan_locked(place, now);
+            let (index, old, new) = match (found, candidate) {
+                (Some((index, old)), _) => (index, old, old.with_tier(tier)),
+                (None, Some((index, old))) => {
+                    let state = self.new_key_state(stripe, &mut ledger, place.hash_part, now);
+                    (index, old, SlotWord::new(place.hash_part, tier, state))
+                }
+                (None, None) => return Err(KeyedError::WindowFull),
+            };
+            if self.replace(index, old, new) {
+                if old.is_empty() {
+                    self.count_insert(place.stripe);
+                }
+                ledger.settle(place.hash_part);
+                return Ok(());
+            }
+        }
+    }
+
+    /// Returns `key` to the default quota (its state word is kept) and unpins its slot. Returns whether
+    /// the key had an override.
+    pub fn remove_override<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + ?Sized,
+    {
+        let place = self.place(self.hasher.hash_one(key));
+        let _guard = lock(&self.stripes[place.stripe].insert);
+        loop {
+            let (found, _) = self.scan_locked(place, 0);
+            let Some((index, old)) = found else {
+                return false;
+            };
+            if old.tier() == 0 {
+                return false;
+            }
+            if self.replace(index, old, old.with_tier(0)) {
+                return true;
+            }
+        }
+    }
+
+    /// The quota `key` is limited by: its override, or the default.
+    pub fn quota_for<Q>(&self, key: &Q) -> &Quota
+    where
+        K: Borrow<Q>,
+        Q: Hash + ?Sized,
+    {
+        let place = self.place(self.hasher.hash_one(key));
+        match self.scan(place, None, None) {
+            Scan::Found(_, found) => self.algorithm_for(found.tier()).quota(),
+            Scan::Missing { .. } => self.algorithm.quota(),
+        }
+    }
+
+    /// The tier for an override quota: an existing one with the same quota, or a new one.
+    fn tier_for(&self, quota: Quota) -> Result<u8, KeyedError> {
+        let algorithm = A::from_quota(quota)?;
+        let _guard = lock(&self.tiers_lock);
+        for (i, tier) in self.tiers.iter().enumerate() {
+            let number = u8::try_from(i + 1).map_err(|_| KeyedError::TooManyOverrideQuotas)?;
+            match tier.get() {
+                Some(existing) if *existing.quota() == quota => return Ok(number),
+                Some(_) => {}
+                None => {
+                    // Only this function sets tiers, under `tiers_lock`, so the cell is still empty.
+                    let _ = tier.set(algorithm);
+                    return Ok(number);
+                }
+            }
+        }
+        Err(KeyedError::TooManyOverrideQuotas)
+    }
+}
