@@ -65,24 +65,16 @@ impl AtomicState {
     #[inline]
     pub fn update<T, E>(
         &self,
-        mut current: u64,
-        mut transition: impl FnMut(u64) -> Result<(T, Option<u64>), E>,
+        current: u64,
+        transition: impl FnMut(u64) -> Result<(T, Option<u64>), E>,
     ) -> Result<(T, u64), E> {
-        loop {
-            let (result, next) = transition(current)?;
-            let Some(next) = next.filter(|&next| next != current) else {
-                return Ok((result, current));
-            };
+        cas_loop(current, transition, |current, next| {
             // Relaxed on both paths: the exchange itself is the whole synchronisation (see the module
             // notes); on failure we re-decide against `actual` instead of reloading.
-            match self
-                .0
+            self.0
                 .compare_exchange_weak(current, next, Ordering::Relaxed, Ordering::Relaxed)
-            {
-                Ok(_) => return Ok((result, next)),
-                Err(actual) => current = actual,
-            }
-        }
+                .map(drop)
+        })
     }
 
     /// What [`apply`](Self::apply) would decide, without writing.
@@ -99,5 +91,52 @@ impl AtomicState {
         algorithm
             .decide(self.load(), now, cost)
             .map(|transition| transition.decision)
+    }
+}
+
+/// The one compare-and-swap loop every storage shares, over any cell word `W` (this module's `u64`,
+/// the keyed table's 128-bit (tag, state) pair).
+///
+/// Starting from `current`, `transition(word)` gives a result and the word to store (`None`: store
+/// nothing, as a denial must). A word equal to the one read is not written either. `exchange(old,
+/// new)` is the cell's compare-and-swap: `Ok` once `new` is stored, `Err(actual)` with the word found
+/// instead, against which the loop decides again (no reload), so no admission is lost and none is
+/// counted twice. Returns the result with the word it was based on, or wrote. A `transition` error
+/// ends the loop before anything is written (the keyed table also uses it to stop when `actual`
+/// belongs to another key).
+///
+/// The orderings are the cell's business: `exchange` chooses them, and its own docs argue them.
+///
+/// ```
+/// use std::sync::atomic::{AtomicU32, Ordering};
+/// use tollgate_core::state::cas_loop;
+///
+/// // A counter that admits while below 3: the same loop over a cell of another width.
+/// let cell = AtomicU32::new(2);
+/// let admit = |count: u32| Ok::<_, ()>((count < 3, (count < 3).then_some(count + 1)));
+/// let exchange = |old, new| {
+///     cell.compare_exchange(old, new, Ordering::Relaxed, Ordering::Relaxed).map(drop)
+/// };
+/// assert_eq!(cas_loop(cell.load(Ordering::Relaxed), admit, exchange), Ok((true, 3)));
+/// assert_eq!(cas_loop(cell.load(Ordering::Relaxed), admit, exchange), Ok((false, 3)));
+/// ```
+///
+/// # Errors
+/// Whatever `transition` returns, before anything is written.
+#[inline(always)]
+pub fn cas_loop<W: Copy + PartialEq, T, E>(
+    mut current: W,
+    mut transition: impl FnMut(W) -> Result<(T, Option<W>), E>,
+    mut exchange: impl FnMut(W, W) -> Result<(), W>,
+) -> Result<(T, W), E> {
+    loop {
+        let (result, next) = transition(current)?;
+        let Some(next) = next.filter(|&next| next != current) else {
+            return Ok((result, current));
+        };
+        match exchange(current, next) {
+            Ok(()) => return Ok((result, next)),
+            Err(actual) => current = actual,
+        }
     }
 }

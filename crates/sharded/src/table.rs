@@ -1,6 +1,7 @@
 //! The table's slot operations and the lock-free decision path: place a hash, scan a window, load and
 //! exchange slot words, apply a key's algorithm with the pair CAS loop.
 
+use tollgate_core::state::cas_loop;
 use tollgate_core::{Algorithm, CheckError, Clock, Decision, Nanos};
 
 use crate::limiter::{KeyedLimiter, Place, Scan};
@@ -134,29 +135,32 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     pub(crate) fn apply(
         &self,
         index: usize,
-        mut current: SlotWord,
+        current: SlotWord,
         now: Nanos,
         cost: u64,
     ) -> Option<Result<Decision, CheckError>> {
         let hash_part = current.hash_part();
-        loop {
-            let transition =
-                match self
-                    .algorithm_for(current.tier())
-                    .decide(current.state, now, cost)
-                {
-                    Ok(transition) => transition,
-                    Err(error) => return Some(Err(error)),
-                };
-            let Some(next) = transition.next.filter(|&next| next != current.state) else {
-                return Some(Ok(transition.decision));
-            };
-            match self.exchange(index, current, current.with_state(next)) {
-                Ok(_) => return Some(Ok(transition.decision)),
-                // Same key (another admission, or a tier change): re-decide against what we found.
-                Err(actual) if actual.hash_part() == hash_part => current = actual,
-                Err(_) => return None,
-            }
+        let outcome = cas_loop(
+            current,
+            |word: SlotWord| {
+                // Only a failed exchange hands us a word we did not scan: another key's means the
+                // slot was re-tagged (evicted) under us.
+                if word.hash_part() != hash_part {
+                    return Err(None);
+                }
+                let transition = self
+                    .algorithm_for(word.tier())
+                    .decide(word.state, now, cost)
+                    .map_err(|error| Some(Err(error)))?;
+                let next = transition.next.map(|state| word.with_state(state));
+                Ok((transition.decision, next))
+            },
+            // Same key (another admission, or a tier change): the loop re-decides against it.
+            |old, new| self.exchange(index, old, new).map(drop),
+        );
+        match outcome {
+            Ok((decision, _)) => Some(Ok(decision)),
+            Err(stopped) => stopped,
         }
     }
 }
