@@ -115,13 +115,44 @@ pub fn reset_peak() {
     PEAK.store(LIVE.load(Ordering::Relaxed), Ordering::Relaxed);
 }
 
-/// Runs `f` and returns its result with the number of allocation calls (`alloc`, `alloc_zeroed`,
-/// `realloc`) the calling thread made meanwhile (always 0 when [`CountingAlloc`] is not installed).
-/// Other threads' allocations are not counted. Nests: an inner call counts its own part only.
+/// Starts counting the allocation calls (`alloc`, `alloc_zeroed`, `realloc`) the calling thread
+/// makes, until [`AllocationCount::finish`]. Other threads' allocations are not counted; nothing is
+/// counted when [`CountingAlloc`] is not installed. Counts nest: an inner count sees its own part only
+/// and adds it to the outer one when finished.
+///
+/// ```
+/// let count = tollgate_test_support::alloc::start_counting();
+/// let sum: u64 = (1..=10).sum(); // allocates nothing
+/// assert_eq!(count.finish(), 0);
+/// # assert_eq!(sum, 55);
+/// ```
+#[must_use = "finish() reads the count"]
+pub fn start_counting() -> AllocationCount {
+    AllocationCount {
+        outer: COUNTING.with(|count| count.replace(Some(0))),
+    }
+}
+
+/// A running count of the calling thread's allocation calls (see [`start_counting`]). Not `Send`:
+/// it must finish on the thread that started it.
+#[derive(Debug)]
+pub struct AllocationCount {
+    outer: Option<usize>,
+}
+
+impl AllocationCount {
+    /// Stops counting and returns the number of allocation calls made since [`start_counting`].
+    pub fn finish(self) -> usize {
+        let inner = COUNTING.with(Cell::get).unwrap_or(0);
+        COUNTING.with(|count| count.set(self.outer.map(|n| n + inner)));
+        inner
+    }
+}
+
+/// Runs `f` and returns its result with the number of allocation calls the calling thread made
+/// meanwhile (as [`start_counting`]).
 pub fn count_allocations<T>(f: impl FnOnce() -> T) -> (T, usize) {
-    let outer = COUNTING.with(|count| count.replace(Some(0)));
+    let count = start_counting();
     let value = f();
-    let inner = COUNTING.with(Cell::get).unwrap_or(0);
-    COUNTING.with(|count| count.set(outer.map(|n| n + inner)));
-    (value, inner)
+    (value, count.finish())
 }
