@@ -4,65 +4,28 @@
 //! Run: `cargo bench -p tollgate-benches --bench keyed_memory`
 //! (a plain program, not criterion; it prints a Markdown table and one JSON line).
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::num::NonZeroU32;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use governor::{DefaultKeyedRateLimiter, RateLimiter};
 use tollgate_core::{Gcra, Quota};
 use tollgate_sharded::KeyedLimiter;
-
-struct Counting;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-fn grow(bytes: usize) {
-    // Relaxed: statistics for this single-threaded program.
-    let now = LIVE.fetch_add(bytes, Ordering::Relaxed) + bytes;
-    PEAK.fetch_max(now, Ordering::Relaxed);
-}
-
-// SAFETY: every method forwards to `System` with its arguments unchanged; the counters are atomics.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        grow(layout.size());
-        // SAFETY: forwarded unchanged from our caller.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        grow(layout.size());
-        // SAFETY: forwarded unchanged from our caller.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-        // SAFETY: forwarded unchanged from our caller.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        grow(new_size);
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-        // SAFETY: forwarded unchanged from our caller.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+use tollgate_test_support::alloc::{CountingAlloc, live_bytes, peak_bytes, reset_peak};
 
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: CountingAlloc = CountingAlloc;
 
 const KEYS: u64 = 1_000_000;
 
 /// Heap bytes held after `build` and `fill`, and the peak reached meanwhile, relative to the start.
 fn measure<T>(build: impl FnOnce() -> T, fill: impl Fn(&T, u64)) -> (usize, usize, T) {
-    let base = LIVE.load(Ordering::Relaxed);
-    PEAK.store(base, Ordering::Relaxed);
+    let base = live_bytes();
+    reset_peak();
     let value = build();
     for key in 0..KEYS {
         fill(&value, key.wrapping_mul(0x9E37_79B9_7F4A_7C15));
     }
-    let held = LIVE.load(Ordering::Relaxed) - base;
-    let peak = PEAK.load(Ordering::Relaxed) - base;
+    let held = live_bytes() - base;
+    let peak = peak_bytes() - base;
     (held, peak, value)
 }
 

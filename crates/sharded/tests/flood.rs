@@ -13,65 +13,14 @@
 //! (plain `cargo test`) runs every count divided by 10 — 1 M keys through a 100 k-key table, the same
 //! ratios and phases — to stay near 10 s instead of ~100 s.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tollgate_core::{Algorithm, Gcra, ManualClock, Quota};
 use tollgate_sharded::KeyedLimiter;
-
-/// Counts heap bytes in use (all threads) and allocation calls made while the calling thread counts.
-struct Counting;
-
-static LIVE_BYTES: AtomicUsize = AtomicUsize::new(0);
-static COUNTED_ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
-
-thread_local! {
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-}
-
-// SAFETY: every method forwards to `System` with the caller's arguments unchanged, so `System`'s
-// guarantees are ours; the counters are plain atomics and the thread-local has no destructor.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // Relaxed: statistics only, read by the same thread after the fact.
-        LIVE_BYTES.fetch_add(layout.size(), Ordering::Relaxed);
-        if COUNTING.with(Cell::get) {
-            COUNTED_ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: forwarded unchanged from our caller, who upholds `alloc`'s contract.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        LIVE_BYTES.fetch_add(layout.size(), Ordering::Relaxed);
-        if COUNTING.with(Cell::get) {
-            COUNTED_ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: forwarded unchanged from our caller.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE_BYTES.fetch_sub(layout.size(), Ordering::Relaxed);
-        // SAFETY: forwarded unchanged from our caller (`ptr` came from this allocator, i.e. System).
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE_BYTES.fetch_add(new_size, Ordering::Relaxed);
-        LIVE_BYTES.fetch_sub(layout.size(), Ordering::Relaxed);
-        if COUNTING.with(Cell::get) {
-            COUNTED_ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: forwarded unchanged from our caller.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+use tollgate_test_support::alloc::{CountingAlloc, live_bytes, start_counting};
 
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: CountingAlloc = CountingAlloc;
 
 /// Counts are divided by this in unoptimised builds (see the module docs).
 const SCALE: u64 = if cfg!(debug_assertions) { 10 } else { 1 };
@@ -95,10 +44,10 @@ fn ten_million_keys_through_a_one_million_key_table_keep_memory_and_live_limits(
     let quota = Quota::per_second(10)?;
     let clock = ManualClock::new();
 
-    let before = LIVE_BYTES.load(Ordering::Relaxed);
+    let before = live_bytes();
     let limiter: KeyedLimiter<u64, Gcra, _> =
         KeyedLimiter::builder_with_clock(quota, CAPACITY, clock.clone()).build()?;
-    let table_bytes = LIVE_BYTES.load(Ordering::Relaxed) - before;
+    let table_bytes = live_bytes() - before;
     assert!(
         table_bytes <= limiter.memory_bytes(),
         "{table_bytes} heap bytes, {} reported",
@@ -119,8 +68,8 @@ fn ten_million_keys_through_a_one_million_key_table_keep_memory_and_live_limits(
     let mut live_admitted = 0u64;
     let mut live_checks = 0u64;
 
-    let heap_before_flood = LIVE_BYTES.load(Ordering::Relaxed);
-    COUNTING.with(|c| c.set(true));
+    let heap_before_flood = live_bytes();
+    let allocations = start_counting();
     for i in 0..FLOOD_KEYS {
         now += if i < CALM_KEYS {
             CALM_STEP_NS
@@ -145,14 +94,8 @@ fn ten_million_keys_through_a_one_million_key_table_keep_memory_and_live_limits(
             live_checks += 1;
         }
     }
-    COUNTING.with(|c| c.set(false));
-
-    assert_eq!(
-        COUNTED_ALLOCATIONS.load(Ordering::Relaxed),
-        0,
-        "the flood allocated"
-    );
-    assert_eq!(LIVE_BYTES.load(Ordering::Relaxed), heap_before_flood);
+    assert_eq!(allocations.finish(), 0, "the flood allocated");
+    assert_eq!(live_bytes(), heap_before_flood);
     assert!(limiter.len() <= limiter.slots());
     assert!(
         limiter.overflow_decisions() > 0,
