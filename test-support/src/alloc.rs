@@ -1,5 +1,6 @@
 //! A counting global allocator: the system allocator, plus live and peak heap bytes (all threads) and
-//! the number of allocation calls the current thread makes inside [`count_allocations`].
+//! the number of allocator calls (allocations and frees) the current thread makes inside
+//! [`count_allocations`].
 //!
 //! Install it in a binary, bench or integration test (one per program):
 //!
@@ -71,6 +72,7 @@ unsafe impl GlobalAlloc for CountingAlloc {
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        called();
         // SAFETY: `ptr` was returned by this allocator (so by `System`) with `layout`, per the contract.
         unsafe { System.dealloc(ptr, layout) };
         // Relaxed: a statistic.
@@ -115,8 +117,8 @@ pub fn reset_peak() {
     PEAK.store(LIVE.load(Ordering::Relaxed), Ordering::Relaxed);
 }
 
-/// Starts counting the allocation calls (`alloc`, `alloc_zeroed`, `realloc`) the calling thread
-/// makes, until [`AllocationCount::finish`]. Other threads' allocations are not counted; nothing is
+/// Starts counting the allocator calls (`alloc`, `alloc_zeroed`, `realloc`, `dealloc`) the calling
+/// thread makes, until [`AllocationCount::finish`]: zero means it neither allocated nor freed. Other threads' allocations are not counted; nothing is
 /// counted when [`CountingAlloc`] is not installed. Counts nest: an inner count sees its own part only
 /// and adds it to the outer one when finished.
 ///

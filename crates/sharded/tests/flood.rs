@@ -68,7 +68,6 @@ fn ten_million_keys_through_a_one_million_key_table_keep_memory_and_live_limits(
     let mut live_admitted = 0u64;
     let mut live_checks = 0u64;
 
-    let heap_before_flood = live_bytes();
     let allocations = start_counting();
     for i in 0..FLOOD_KEYS {
         now += if i < CALM_KEYS {
@@ -94,8 +93,9 @@ fn ten_million_keys_through_a_one_million_key_table_keep_memory_and_live_limits(
             live_checks += 1;
         }
     }
-    assert_eq!(allocations.finish(), 0, "the flood allocated");
-    assert_eq!(live_bytes(), heap_before_flood);
+    // Counted on this thread (allocations and frees alike): the live-byte total is global, and the
+    // test harness's own thread was seen allocating ~900 B during the flood in 2 of 14 loaded runs.
+    assert_eq!(allocations.finish(), 0, "the flood allocated or freed");
     assert!(limiter.len() <= limiter.slots());
     assert!(
         limiter.overflow_decisions() > 0,
