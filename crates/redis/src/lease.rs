@@ -10,6 +10,7 @@ use redis::aio::{ConnectionLike, ConnectionManager};
 use tollgate_core::{CheckError, Clock, Decision, MonotonicClock, Nanos, Quota, QuotaError};
 
 use crate::config::RedisConfig;
+use crate::encoding::{ScriptParams, TatUnits, gcra_quota};
 use crate::error::Error;
 use crate::limiter::apply_policy;
 use crate::scripts::{self, LEASE};
@@ -160,8 +161,8 @@ pub struct LeasedLimiter<C = ConnectionManager, K = MonotonicClock> {
     lease: LeaseConfig,
     clock: K,
     quota: Quota,
-    interval_us: String,
-    depth_us: String,
+    /// The lease script's GCRA parameters (as [`Gcra`](tollgate_core::Gcra)'s encoding).
+    params: ScriptParams,
     lease_ttl: Nanos,
     /// The key table, split in [`SHARDS`] locks chosen by the key's hash, each on its own cache line,
     /// so tasks on different keys rarely contend.
@@ -188,6 +189,9 @@ impl<C: ConnectionLike + Clone + Send + Sync> LeasedLimiter<C, MonotonicClock> {
     /// A leased GCRA limiter on the default monotonic clock (which times lease expiry and the denial
     /// cache; the shared bucket is timed as `config` says).
     ///
+    /// The shared bucket runs the GCRA quota [`RedisLimiter::gcra`](crate::RedisLimiter::gcra) would
+    /// (the same key format and the same exactness: see [`quota`](Self::quota)).
+    ///
     /// # Errors
     /// As [`RedisLimiter::new`](crate::RedisLimiter::new), or [`QuotaError::InvalidDuration`] for a
     /// zero lease size or lifetime.
@@ -213,7 +217,8 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
         lease: LeaseConfig,
         clock: K,
     ) -> Result<Self, QuotaError> {
-        let (interval, depth) = scripts::gcra_params(&quota)?;
+        let quota = gcra_quota(quota)?;
+        let params = TatUnits::for_quota(&quota)?.params();
         let lease_ttl = u64::try_from(lease.ttl.as_nanos()).unwrap_or(u64::MAX);
         if lease.size == 0 || lease_ttl == 0 {
             return Err(QuotaError::InvalidDuration);
@@ -228,15 +233,16 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
             },
             clock,
             quota,
-            interval_us: interval.to_string(),
-            depth_us: depth.to_string(),
+            params,
             lease_ttl,
             shards: (0..SHARDS).map(|_| CachePadded::default()).collect(),
             hasher: RandomState::new(),
         })
     }
 
-    /// The quota enforced across all instances.
+    /// The quota enforced across all instances: the one given, or for a GCRA depth the script cannot
+    /// follow exactly, its interval rounded up to whole µs (see
+    /// [`RedisEncoding for Gcra`](crate::RedisEncoding#impl-RedisEncoding-for-Gcra)).
     pub fn quota(&self) -> &Quota {
         &self.quota
     }
@@ -371,8 +377,9 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
         let time = scripts::time_arg(&self.config, at);
         let max = self.lease.size.max(min).to_string();
         let min = min.to_string();
-        let args = [&*time, &*min, &*max, &*self.interval_us, &*self.depth_us];
-        let result = scripts::invoke(&self.conn, &self.config, &LEASE, key, args).await;
+        let head = [&*time, &*min, &*max];
+        let result =
+            scripts::invoke(&self.conn, &self.config, &LEASE, key, head, &self.params).await;
         // Local expiries count from when the answer arrived, not from when we asked.
         let now = at.unwrap_or_else(|| self.clock.now());
         let mut local = slot.local();

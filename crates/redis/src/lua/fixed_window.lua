@@ -1,6 +1,7 @@
 -- Fixed window. KEYS[1]: the key (hash: i = window index, c = units admitted in it). ARGV: now_us or
 -- '', cost, peek (0/1), window_us, limit. Reply: {allowed, remaining, retry_after_us, reset_after_us}.
-local key, now, cost, peek, window, limit = decision_args()
+local key, now, cost, peek = decision_args()
+local window, limit = tonumber(ARGV[4]), tonumber(ARGV[5])
 local h = redis.call('HMGET', key, 'i', 'c')
 local si = tonumber(h[1] or '0')
 local sc = tonumber(h[2] or '0')

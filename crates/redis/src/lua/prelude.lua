@@ -1,6 +1,9 @@
 -- tollgate prelude: shared by every script.
--- Every number here is an integer below 2^53, so exact in a Lua double; times and durations are
--- microseconds. Replies are integers (Redis truncates Lua numbers to integers; ours are whole).
+-- Every number here is an integer below 2^53, so exact in a Lua double. Absolute times are whole
+-- microseconds since the Unix epoch (the resolution of `TIME`); each script says in which unit it
+-- computes durations. Replies are integers (Redis truncates Lua numbers to integers; ours are whole).
+-- 2^53: the end of exact integers. A state that would reach it is refused (fails closed).
+local LIMIT = 9007199254740992
 local function idiv(a, b)
   -- floor(a / b) for a >= 0, b > 0, corrected for the rounding of the float quotient.
   local q = math.floor(a / b)
@@ -35,13 +38,11 @@ local function now_us()
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 local function decision_args()
-  -- The decision scripts' arguments: KEYS[1] the key; ARGV now_us or '', cost, peek (0/1), and two
-  -- parameters of the algorithm. Returns key, now, cost, peek (boolean), param1, param2.
-  return KEYS[1], now_us(), tonumber(ARGV[2]), ARGV[3] == '1', tonumber(ARGV[4]), tonumber(ARGV[5])
+  -- The decision scripts' first arguments: KEYS[1] the key; ARGV now_us or '', cost, peek (0/1).
+  -- The algorithm's parameters follow from ARGV[4].
+  return KEYS[1], now_us(), tonumber(ARGV[2]), ARGV[3] == '1'
 end
 local function expire_in(key, us)
   -- Keep the key `us` microseconds more, rounded up to whole milliseconds (never expires early).
   redis.call('PEXPIRE', key, str(math.max(cdiv(us, 1000), 1)))
 end
--- 2^53: the end of exact integers. A state that would reach it is refused (fails closed).
-local LIMIT = 9007199254740992
