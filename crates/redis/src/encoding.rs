@@ -194,9 +194,12 @@ fn tat_encode(word: u64) -> Vec<String> {
 fn tat_decode(values: &[Option<String>]) -> Result<u64, String> {
     match values {
         [None] => Ok(0),
-        [Some(raw)] => raw
-            .parse::<u64>()
-            .map_err(|_| format!("TAT {raw:?} is not a u64")),
+        [Some(raw)] => match raw.parse::<u64>() {
+            // The scripts' own bound: a TAT within 2^53 whole µs (they also refuse one more than
+            // 2^52 units ahead of now, which needs `now`).
+            Ok(tat) if tat / 1000 < 2 * LUA_PARAM_MAX => Ok(tat),
+            _ => Err(format!("TAT {raw:?} is not a time in ns below 2^53 µs")),
+        },
         _ => Err(format!("{} values for a GCRA state", values.len())),
     }
 }
@@ -284,25 +287,46 @@ fn window_quota(quota: Quota) -> Result<Quota, QuotaError> {
     Ok(q.with_burst(quota.burst()).unwrap_or(q))
 }
 
-/// Window parameters in µs: `(window_us, limit)`. The period must be whole µs (see
-/// [`window_quota`]).
-fn window_params(quota: &Quota) -> Result<ScriptParams, QuotaError> {
-    let period = quota.period_nanos();
-    if period % 1000 != 0 {
-        return Err(QuotaError::InvalidDuration);
-    }
-    let window = period / 1000;
-    if window >= LUA_PARAM_MAX {
-        return Err(QuotaError::PeriodTooLong);
-    }
-    let max = (LUA_PARAM_MAX - 1) / window;
-    if quota.limit() > max {
-        return Err(QuotaError::LimitTooLarge { max });
-    }
-    Ok(ScriptParams::new(1000, &[window, quota.limit()]))
+/// The window scripts' figures in µs, for a period of whole µs (see [`window_quota`]).
+#[derive(Clone, Copy, Debug)]
+struct WindowUnits {
+    window: u64,
+    /// The largest window index a valid state holds: `index × window_us < 2^53`.
+    max_index: u64,
+    /// The largest count a valid state holds: what the core's layout packs, and `count × window_us`
+    /// below 2^52 (at least the limit).
+    max_count: u64,
 }
 
-/// Reads hash fields as integers, a missing field as 0 (as the scripts do).
+impl WindowUnits {
+    fn new(quota: &Quota, layout_max: u64) -> Result<WindowUnits, QuotaError> {
+        let period = quota.period_nanos();
+        if period % 1000 != 0 {
+            return Err(QuotaError::InvalidDuration);
+        }
+        let window = period / 1000;
+        if window >= LUA_PARAM_MAX {
+            return Err(QuotaError::PeriodTooLong);
+        }
+        let max = (LUA_PARAM_MAX - 1) / window;
+        if quota.limit() > max {
+            return Err(QuotaError::LimitTooLarge { max });
+        }
+        Ok(WindowUnits {
+            window,
+            max_index: (2 * LUA_PARAM_MAX - 1) / window,
+            max_count: layout_max.min(max),
+        })
+    }
+
+    /// `(window_us, limit, max_count)`, durations in µs.
+    fn params(self, quota: &Quota) -> ScriptParams {
+        ScriptParams::new(1000, &[self.window, quota.limit(), self.max_count])
+    }
+}
+
+/// Reads hash fields as integers: all absent, the fresh state; all present, the values; else corrupt
+/// (as the scripts read them).
 fn counts<const N: usize>(values: &[Option<String>]) -> Result<Option<[u64; N]>, String> {
     if values.len() != N {
         return Err(format!("{} values, want {N}", values.len()));
@@ -312,11 +336,10 @@ fn counts<const N: usize>(values: &[Option<String>]) -> Result<Option<[u64; N]>,
     }
     let mut out = [0; N];
     for (o, v) in out.iter_mut().zip(values) {
-        if let Some(raw) = v {
-            *o = raw
-                .parse()
-                .map_err(|_| format!("field {raw:?} is not a u64"))?;
-        }
+        let raw = v.as_deref().ok_or("a field is missing")?;
+        *o = raw
+            .parse()
+            .map_err(|_| format!("field {raw:?} is not an integer in plain digits"))?;
     }
     Ok(Some(out))
 }
@@ -340,7 +363,7 @@ impl RedisEncoding for FixedWindow {
     }
 
     fn script_params(&self) -> Result<ScriptParams, QuotaError> {
-        window_params(self.quota())
+        WindowUnits::new(self.quota(), self.layout().max_count()).map(|u| u.params(self.quota()))
     }
 
     fn encode(&self, word: u64) -> Vec<String> {
@@ -353,7 +376,8 @@ impl RedisEncoding for FixedWindow {
             return Ok(0);
         };
         let layout = self.layout();
-        if count > layout.max_count() || index > u64::MAX / self.quota().period_nanos() {
+        let u = WindowUnits::new(self.quota(), layout.max_count()).map_err(|e| e.to_string())?;
+        if count > u.max_count || index > u.max_index {
             return Err(format!("index {index}, count {count} out of range"));
         }
         Ok(layout.pack(FixedState { index, count }))
@@ -385,7 +409,7 @@ impl RedisEncoding for SlidingWindow {
     }
 
     fn script_params(&self) -> Result<ScriptParams, QuotaError> {
-        window_params(self.quota())
+        WindowUnits::new(self.quota(), self.layout().max_count()).map(|u| u.params(self.quota()))
     }
 
     fn encode(&self, word: u64) -> Vec<String> {
@@ -402,8 +426,9 @@ impl RedisEncoding for SlidingWindow {
             return Ok(0);
         };
         let layout = self.layout();
-        let max = layout.max_count();
-        if previous > max || current > max || index > u64::MAX / self.quota().period_nanos() {
+        let u = WindowUnits::new(self.quota(), layout.max_count()).map_err(|e| e.to_string())?;
+        let max = u.max_count;
+        if previous > max || current > max || index > u.max_index {
             return Err(format!(
                 "index {index}, counts {previous}/{current} out of range"
             ));
@@ -451,7 +476,8 @@ mod tests {
         assert_eq!((r.period_nanos(), r.limit()), (1_501_000, 7));
         let whole = Quota::per_second(5).unwrap();
         assert_eq!(window_quota(whole).unwrap(), whole);
-        assert!(window_params(&q).is_err());
-        assert_eq!(window_params(&r).unwrap().args(), ["1501", "7"]);
+        assert!(WindowUnits::new(&q, 100).is_err());
+        let u = WindowUnits::new(&r, 100).unwrap();
+        assert_eq!(u.params(&r).args(), ["1501", "7", "100"]);
     }
 }

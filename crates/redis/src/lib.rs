@@ -41,7 +41,9 @@
 //! (rounded up to whole ms) to when its state becomes indistinguishable from a fresh one: GCRA at its
 //! TAT, fixed window at the window's end, sliding window at the end of the window after the current
 //! one. Denials and peeks never write. Give each limiter (algorithm and quota) its own prefix: a key
-//! written by one algorithm is a Redis `WRONGTYPE` error ([`Error::Redis`]) or a misread for another.
+//! written by one algorithm is, for another, a configuration error ([`Error::WrongType`], a string
+//! where a hash is stored or the reverse) or corrupt state ([`Error::CorruptState`], a hash with other
+//! fields); a quota changed under the same prefix is read as the new quota's state.
 //!
 //! Upgrading from a version that stored GCRA TATs in µs: those values read as long past (a full
 //! bucket) once, then are rewritten in ns.
@@ -49,13 +51,19 @@
 //! # Faults
 //! Each call runs under [`RedisConfig::with_timeout`]; timeouts and Redis errors become the typed
 //! [`Error`], which the `check` methods answer by the [`FaultPolicy`] (fail open or fail closed) and
-//! the `try_` methods return. Nothing panics. [`connect`] builds a redis-rs `ConnectionManager`, which
+//! the `try_` methods return. Nothing panics. The scripts validate what they read: a value they
+//! cannot have written (not an integer in plain digits, out of range, a foreign hash, a TAT beyond
+//! any write's reach) is [`Error::CorruptState`], answered by the policy too, never decided on and
+//! never overwritten; a key of another Redis type is [`Error::WrongType`], a configuration error.
+//! `faults()` on each limiter counts the policy's answers by cause (outage, corrupt state,
+//! configuration) so the last two show apart from an outage. [`connect`] builds a redis-rs `ConnectionManager`, which
 //! reconnects after the server comes back; scripts are sent by SHA and reloaded on `NOSCRIPT`, so a
 //! restarted server needs nothing from you.
 
 mod config;
 mod encoding;
 mod error;
+mod faults;
 mod lease;
 mod limiter;
 mod scripts;
@@ -65,6 +73,7 @@ use std::time::Duration;
 pub use config::{FaultPolicy, RedisConfig, TimeSource};
 pub use encoding::{RedisEncoding, ScriptParams, Storage};
 pub use error::Error;
+pub use faults::FaultCounts;
 pub use lease::{LeaseConfig, LeaseStats, LeasedLimiter};
 pub use limiter::RedisLimiter;
 pub use redis::aio::ConnectionManager;

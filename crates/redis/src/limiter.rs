@@ -1,13 +1,16 @@
 //! One Lua script call per decision.
 
+use std::sync::Arc;
+
 use redis::aio::{ConnectionLike, ConnectionManager};
 use tollgate_core::{
     CheckError, Decision, FixedWindow, Gcra, Nanos, Quota, QuotaError, SlidingWindow,
 };
 
-use crate::config::{FaultPolicy, RedisConfig};
+use crate::config::RedisConfig;
 use crate::encoding::{RedisEncoding, ScriptParams};
 use crate::error::Error;
+use crate::faults::{FaultCounts, Faults};
 use crate::scripts;
 
 /// A rate limiter whose state lives in Redis: every decision is one atomic Lua script call on one key,
@@ -44,6 +47,7 @@ pub struct RedisLimiter<A = Gcra, C = ConnectionManager> {
     config: RedisConfig,
     algorithm: A,
     params: ScriptParams,
+    faults: Arc<Faults>,
 }
 
 impl<A: RedisEncoding, C: ConnectionLike + Clone + Send + Sync> RedisLimiter<A, C> {
@@ -69,6 +73,7 @@ impl<A: RedisEncoding, C: ConnectionLike + Clone + Send + Sync> RedisLimiter<A, 
             config,
             params: algorithm.script_params()?,
             algorithm,
+            faults: Arc::default(),
         })
     }
 
@@ -92,8 +97,17 @@ impl<A: RedisEncoding, C: ConnectionLike + Clone + Send + Sync> RedisLimiter<A, 
         self.algorithm.capacity()
     }
 
-    /// Decides `cost` units for `key`, consuming capacity if allowed; a Redis fault is answered by the
-    /// [`FaultPolicy`].
+    /// How many `check`/`peek` calls the fault policy answered, by cause: outages, corrupt state,
+    /// configuration errors (shared by this limiter's clones).
+    pub fn faults(&self) -> FaultCounts {
+        self.faults.snapshot()
+    }
+
+    /// Decides `cost` units for `key`, consuming capacity if allowed. When no decision can be made
+    /// (Redis unreachable or slow, corrupt state under the key, a key of another type: see
+    /// [`try_check`](Self::try_check)), the [`FaultPolicy`](crate::FaultPolicy) answers and
+    /// [`faults`](Self::faults) counts the cause, so a misconfiguration or bad state shows apart from
+    /// an outage.
     ///
     /// # Errors
     /// Only [`CheckError::CostExceedsCapacity`]: a cost that can never pass.
@@ -112,7 +126,9 @@ impl<A: RedisEncoding, C: ConnectionLike + Clone + Send + Sync> RedisLimiter<A, 
     /// [`check`](Self::check) without the fault policy: backend faults come back as errors.
     ///
     /// # Errors
-    /// [`Error::Cost`], [`Error::Timeout`], [`Error::Redis`], [`Error::BadReply`].
+    /// [`Error::Cost`]; the outages [`Error::Timeout`], [`Error::Redis`], [`Error::BadReply`];
+    /// [`Error::CorruptState`] when the key holds a value the script cannot have written;
+    /// [`Error::WrongType`] (a configuration error) when it holds another Redis type.
     pub async fn try_check(&self, key: &str, cost: u64) -> Result<Decision, Error> {
         self.run(key, None, cost, false).await
     }
@@ -143,7 +159,7 @@ impl<A: RedisEncoding, C: ConnectionLike + Clone + Send + Sync> RedisLimiter<A, 
     }
 
     fn with_policy(&self, result: Result<Decision, Error>) -> Result<Decision, CheckError> {
-        apply_policy(self.config.policy(), result)
+        self.faults.apply(self.config.policy(), result)
     }
 
     async fn run(
@@ -198,17 +214,5 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisLimiter<SlidingWindow, C> {
     /// As [`new`](Self::new).
     pub fn sliding_window(conn: C, quota: Quota, config: RedisConfig) -> Result<Self, QuotaError> {
         Self::new(conn, quota, config)
-    }
-}
-
-/// A result with backend faults replaced by the policy's decision.
-pub(crate) fn apply_policy(
-    policy: FaultPolicy,
-    result: Result<Decision, Error>,
-) -> Result<Decision, CheckError> {
-    match result {
-        Ok(decision) => Ok(decision),
-        Err(Error::Cost(e)) => Err(e),
-        Err(_) => Ok(policy.decision()),
     }
 }

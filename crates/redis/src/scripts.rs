@@ -108,13 +108,36 @@ where
     let reply: Vec<i64> = tokio::time::timeout(config.timeout(), call.invoke_async(&mut conn))
         .await
         .map_err(|_| Error::Timeout(config.timeout()))?
-        .map_err(|e| {
-            // The connection's own response timeout (set by `connect`) is the same timeout.
-            if e.is_timeout() {
-                Error::Timeout(config.timeout())
-            } else {
-                Error::Redis(e)
-            }
-        })?;
+        .map_err(|e| classify(e, config, key))?;
     Reply::parse(&reply, params.unit())
+}
+
+/// A Redis error as the crate's [`Error`]: the scripts' `TOLLGATE_CORRUPT` and Redis's `WRONGTYPE`
+/// are the key's fault, not the connection's.
+pub(crate) fn classify(e: redis::RedisError, config: &RedisConfig, key: &str) -> Error {
+    // The connection's own response timeout (set by `connect`) is the same timeout.
+    if e.is_timeout() {
+        return Error::Timeout(config.timeout());
+    }
+    let key = config.key(key);
+    // Redis appends where the error was raised (" script: <sha>, on @user_script:<line>.").
+    let detail = |e: &redis::RedisError| {
+        let d = e.detail().unwrap_or("");
+        d.split(" script: ").next().unwrap_or(d).to_owned()
+    };
+    match e.code() {
+        Some("TOLLGATE_CORRUPT") => {
+            let d = detail(&e);
+            let reason = d
+                .strip_prefix(key.as_str())
+                .and_then(|r| r.strip_prefix(": "))
+                .map_or(d.clone(), str::to_owned);
+            Error::CorruptState { key, reason }
+        }
+        Some("WRONGTYPE") => Error::WrongType {
+            detail: detail(&e),
+            key,
+        },
+        _ => Error::Redis(e),
+    }
 }

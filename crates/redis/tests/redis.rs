@@ -841,10 +841,227 @@ async fn idle_keys_are_pruned_from_the_local_table() {
         "{} keys tracked",
         leased.tracked_keys()
     );
-    // Live leases are never pruned.
+    // Live leases are never pruned: every tracked key still holds its live lease (the table's bound
+    // is `lease_table_never_passes_max_keys`).
     let live = leased_limiter(&server, quota, lease(2, Duration::from_secs(60)));
     for i in 0..100 {
         assert!(live.try_check_at(&format!("live{i}"), now, 1).await.is_ok());
     }
-    assert_eq!(live.tracked_keys(), 100);
+    let s = live.stats_at(now);
+    assert_eq!(s.held as usize, live.tracked_keys());
+    assert_eq!(s.stranded, 0);
+}
+
+/// A flood of distinct keys with live leases: the local table stays within `max_keys`, and keys it
+/// cannot hold are still decided exactly (by the shared bucket, one call each).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_table_never_passes_max_keys() {
+    let server = RedisServer::start();
+    let quota = Quota::per_second(10).unwrap(); // burst 10 per key
+    let leased = leased_limiter(&server, quota, lease(4, Duration::from_secs(60))); // max_keys 16
+    let now: Nanos = EPOCH_US * 1000;
+    for i in 0..200 {
+        let key = format!("flood{i}");
+        assert!(
+            leased
+                .try_check_at(&key, now, 1)
+                .await
+                .unwrap()
+                .is_allowed()
+        );
+        assert!(
+            leased.tracked_keys() <= 16,
+            "{} keys tracked",
+            leased.tracked_keys()
+        );
+    }
+    // Whether its key is tracked or not, each key admits exactly its burst at one instant.
+    for key in ["flood0", "flood150", "flood199"] {
+        assert_eq!(
+            admitted(20, || leased.try_check_at(key, now, 1)).await,
+            9,
+            "{key}"
+        );
+    }
+    let s = leased.stats_at(now);
+    assert!(s.admitted >= 200 + 27 && s.leased >= s.admitted, "{s:?}");
+}
+
+/// Stored values a limiter's script cannot have written, set under `key` by `set`.
+async fn corrupt(conn: &mut MultiplexedConnection, key: &str, set: &[(&str, &str)]) {
+    let mut p = redis::pipe();
+    p.atomic().del(key).ignore();
+    match set {
+        [("", v)] => p.set(key, *v).ignore(),
+        fields => p.hset_multiple(key, fields).ignore(),
+    };
+    let _: () = p.query_async(conn).await.unwrap();
+}
+
+/// The key's value and PTTL, to check that nothing was written.
+async fn dump(conn: &mut MultiplexedConnection, key: &str) -> (Vec<u8>, i64) {
+    let (v, pttl): (Option<Vec<u8>>, i64) = redis::pipe()
+        .cmd("DUMP")
+        .arg(key)
+        .pttl(key)
+        .query_async(conn)
+        .await
+        .unwrap();
+    (v.unwrap(), pttl)
+}
+
+fn is_corrupt(got: &Result<Decision, Error>, key: &str) -> bool {
+    matches!(got, Err(Error::CorruptState { key: k, .. }) if k == key)
+}
+
+/// Corrupt or foreign state under a limiter's key is an error, not a decision: the script writes
+/// nothing, `try_check` returns `Error::CorruptState`, `check` answers by the fault policy and
+/// counts it apart from outages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corrupt_state_is_an_error_not_a_decision() {
+    let server = RedisServer::start();
+    let mut conn = raw(&server).await;
+    let cfg = config().with_policy(FaultPolicy::FailClosed {
+        retry_after: Duration::from_millis(250),
+    });
+    let quota = Quota::per_second(10).unwrap();
+    let gcra = RedisLimiter::gcra(manager(&server, &cfg), quota, cfg.clone()).unwrap();
+    let fw = RedisLimiter::fixed_window(manager(&server, &cfg), quota, cfg.clone()).unwrap();
+    let sw = RedisLimiter::sliding_window(manager(&server, &cfg), quota, cfg.clone()).unwrap();
+    let leased = LeasedLimiter::new(
+        manager(&server, &cfg),
+        quota,
+        cfg,
+        lease(4, Duration::from_nanos(1)),
+    )
+    .unwrap();
+    let now: Nanos = EPOCH_US * 1000;
+    let policy = Decision::denied(250_000_000, 250_000_000);
+    // 200 years after `now`, in ns: a number, but no state written at `now` can be that far ahead.
+    let far = (now + 200 * 365 * 86_400 * 1_000_000_000).to_string();
+    let tats = [
+        "not-a-number",
+        "",
+        "-5",
+        "1.5e3",
+        "99999999999999999999999",
+        "18446744073709551615",
+        far.as_str(),
+    ];
+    for (i, tat) in tats.iter().enumerate() {
+        corrupt(&mut conn, "t:g", &[("", tat)]).await;
+        let before = dump(&mut conn, "t:g").await;
+        let got = gcra.try_check_at("g", now, 1).await;
+        assert!(is_corrupt(&got, "t:g"), "GCRA {tat:?}: {got:?}");
+        let got = gcra.try_peek_at("g", now, 1).await;
+        assert!(is_corrupt(&got, "t:g"), "GCRA peek {tat:?}: {got:?}");
+        let got = leased.try_check_at("g", now + i as u64 * 1000, 1).await;
+        assert!(is_corrupt(&got, "t:g"), "lease {tat:?}: {got:?}");
+        assert_eq!(
+            dump(&mut conn, "t:g").await,
+            before,
+            "GCRA {tat:?}: the key was written"
+        );
+        assert_eq!(gcra.check("g", 1).await.unwrap(), policy, "{tat:?}");
+    }
+    let n = tats.len() as u64;
+    assert_eq!(gcra.faults().corrupt, n);
+    assert_eq!(gcra.faults().outages, 0);
+
+    let windows: [&[(&str, &str)]; 6] = [
+        &[("i", "x"), ("c", "1")],
+        &[("i", "1"), ("c", "99999999999999999999")],
+        &[("i", "99999999999999999999"), ("c", "1")],
+        &[("i", "1"), ("c", "-1")],
+        &[("name", "bob")],
+        &[("i", "1")],
+    ];
+    for fields in windows {
+        corrupt(&mut conn, "t:f", fields).await;
+        let before = dump(&mut conn, "t:f").await;
+        let got = fw.try_check_at("f", now, 1).await;
+        assert!(is_corrupt(&got, "t:f"), "fixed {fields:?}: {got:?}");
+        assert_eq!(
+            dump(&mut conn, "t:f").await,
+            before,
+            "fixed {fields:?}: the key was written"
+        );
+        assert_eq!(fw.check("f", 1).await.unwrap(), policy);
+    }
+    assert_eq!(fw.faults().corrupt, windows.len() as u64);
+    let sliding: [&[(&str, &str)]; 4] = [
+        &[("i", "1"), ("p", "x"), ("c", "0")],
+        &[("i", "1"), ("p", "99999999999999999999"), ("c", "0")],
+        &[("i", "1"), ("c", "2")],
+        &[("i", "1"), ("p", "1"), ("c", "2"), ("extra", "3")],
+    ];
+    for fields in sliding {
+        corrupt(&mut conn, "t:s", fields).await;
+        let before = dump(&mut conn, "t:s").await;
+        let got = sw.try_check_at("s", now, 1).await;
+        assert!(is_corrupt(&got, "t:s"), "sliding {fields:?}: {got:?}");
+        assert_eq!(
+            dump(&mut conn, "t:s").await,
+            before,
+            "sliding {fields:?}: the key was written"
+        );
+    }
+    // A key the limiter wrote itself reads back fine after all that.
+    let _: () = redis::cmd("DEL")
+        .arg("t:g")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(gcra.try_check_at("g", now, 1).await.unwrap().is_allowed());
+}
+
+/// Two limiters of different algorithms under one prefix: a `WRONGTYPE` is a configuration error,
+/// reported as such (not as an outage).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_limiters_sharing_a_key_is_a_configuration_error() {
+    let server = RedisServer::start();
+    let cfg = config().with_policy(FaultPolicy::FailOpen);
+    let quota = Quota::per_second(10).unwrap();
+    let gcra = RedisLimiter::gcra(manager(&server, &cfg), quota, cfg.clone()).unwrap();
+    let fw = RedisLimiter::fixed_window(manager(&server, &cfg), quota, cfg.clone()).unwrap();
+    let lease_cfg = lease(4, Duration::from_secs(1));
+    let leased = LeasedLimiter::new(manager(&server, &cfg), quota, cfg, lease_cfg).unwrap();
+    let now: Nanos = EPOCH_US * 1000;
+    assert!(
+        fw.try_check_at("shared", now, 1)
+            .await
+            .unwrap()
+            .is_allowed()
+    ); // a hash
+    assert!(
+        gcra.try_check_at("other", now, 1)
+            .await
+            .unwrap()
+            .is_allowed()
+    ); // a string
+    let wrong = |got: Result<Decision, Error>, key: &str| match got {
+        Err(e @ Error::WrongType { .. }) => {
+            assert!(e.is_config() && !e.is_outage(), "{e}");
+            assert!(
+                matches!(&e, Error::WrongType { key: k, .. } if k == key),
+                "{e:?}"
+            );
+        }
+        other => panic!("{key}: want WrongType, got {other:?}"),
+    };
+    wrong(gcra.try_check_at("shared", now, 1).await, "t:shared");
+    wrong(leased.try_check_at("shared", now, 1).await, "t:shared");
+    wrong(fw.try_check_at("other", now, 1).await, "t:other");
+    // `check` answers by the policy and counts a configuration error, not an outage.
+    assert!(gcra.check("shared", 1).await.unwrap().is_allowed());
+    assert_eq!(
+        gcra.faults(),
+        tollgate_redis::FaultCounts {
+            outages: 0,
+            corrupt: 0,
+            config: 1
+        }
+    );
+    assert!(leased.check("shared", 1).await.unwrap().is_allowed());
+    assert_eq!(leased.faults().config, 1);
 }

@@ -25,6 +25,46 @@ local function str(n)
   -- Integers as plain digits ("%.0f" is exact below 2^53; tostring could print an exponent).
   return string.format('%.0f', n)
 end
+local function corrupt(what)
+  -- Stored state this script cannot have written: an error, never a decision (the client maps the
+  -- TOLLGATE_CORRUPT code to its typed error). Called before any write, so nothing is written.
+  error({err = 'TOLLGATE_CORRUPT ' .. KEYS[1] .. ': ' .. what})
+end
+local function shown(raw)
+  -- A stored value for an error message: at most 40 bytes, quoted.
+  return string.format('%q', string.sub(tostring(raw), 1, 40))
+end
+local function uint(raw, what, max)
+  -- A stored integer in plain digits, at most `max` (< 2^53); anything else is corrupt.
+  if type(raw) ~= 'string' or #raw > 16 or not string.find(raw, '^%d+$') then
+    corrupt(what .. ' ' .. shown(raw) .. ' is not an integer in plain digits below 2^53')
+  end
+  local n = tonumber(raw)
+  if n > max then
+    corrupt(what .. ' ' .. raw .. ' is out of range (at most ' .. str(max) .. ')')
+  end
+  return n
+end
+local function hash_state(key, fields, max)
+  -- The key's hash as integers, field i at most max[i]: all 0 for an absent key; exactly `fields`,
+  -- each present, or it is corrupt (a foreign hash). HLEN on another type raises WRONGTYPE.
+  local n = redis.call('HLEN', key)
+  local out = {}
+  if n == 0 then
+    for i = 1, #fields do
+      out[i] = 0
+    end
+    return out
+  end
+  if n ~= #fields then
+    corrupt('a hash of ' .. n .. ' fields, this limiter stores exactly ' .. table.concat(fields, ', '))
+  end
+  local h = redis.call('HMGET', key, unpack(fields))
+  for i = 1, #fields do
+    out[i] = uint(h[i], 'field ' .. fields[i], max[i])
+  end
+  return out
+end
 local function now_us()
   if ARGV[1] ~= '' then
     return tonumber(ARGV[1])

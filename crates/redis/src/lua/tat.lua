@@ -4,14 +4,23 @@
 -- to `now` in a unit of 1000 / per_us nanoseconds, a divisor of 1000 that also divides the emission
 -- interval (chosen by the client, see `RedisEncoding for Gcra`): every value then stays an exact
 -- integer, and the script's arithmetic is the core's, term for term.
+-- The furthest ahead of now a stored TAT may be: 2^52 units (so that adding a cost, at most the depth
+-- < 2^51 units, stays exact).
+local AHEAD_MAX = 4503599627370496
 local function tat_ahead(raw, now, per_us)
   -- max(TAT - now, 0) in units (0 for an absent key: a full bucket).
   if not raw then
     return 0
   end
+  if #raw > 19 or not string.find(raw, '^%d+$') then
+    corrupt('TAT ' .. shown(raw) .. ' is not a time in ns in plain digits')
+  end
   local us, ns = 0, raw
   if #raw > 3 then
     us, ns = tonumber(string.sub(raw, 1, -4)), string.sub(raw, -3)
+  end
+  if us >= LIMIT then
+    corrupt('TAT ' .. raw .. ' is past 2^53 us')
   end
   local d = us - now
   if d < 0 then
@@ -19,7 +28,12 @@ local function tat_ahead(raw, now, per_us)
     return 0
   end
   -- A TAT between two units (never written by the core for this quota) reads as the later one.
-  return d * per_us + cdiv(tonumber(ns), 1000 / per_us)
+  local ahead = d * per_us + cdiv(tonumber(ns), 1000 / per_us)
+  if ahead > AHEAD_MAX then
+    -- Writes put the TAT at most a depth (< 2^51 units) ahead; this is not a clock gone backwards.
+    corrupt('TAT ' .. raw .. ' is more than 2^52 units of ' .. str(1000 / per_us) .. ' ns ahead of now')
+  end
+  return ahead
 end
 local function tat_digits(now, ahead, per_us)
   -- now + ahead units, as nanosecond digits.
