@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use redis::aio::ConnectionManager;
 use serde_json::{Value, json};
-use tollgate_core::Quota;
+use tollgate_core::{FixedWindow, Gcra, Quota, SlidingWindow};
 use tollgate_redis::{
-    LeaseConfig, LeasedLimiter, RedisAlgorithm, RedisConfig, RedisLimiter, TimeSource, connect,
+    LeaseConfig, LeasedLimiter, RedisConfig, RedisEncoding, RedisLimiter, TimeSource, connect,
 };
 
 struct Run {
@@ -119,34 +119,12 @@ async fn main() {
 
     // Per-request scripts: one EVALSHA per decision over one multiplexed connection.
     let fast = Quota::per_second(1_000_000).unwrap();
-    for (alg, quota) in [
-        (RedisAlgorithm::Gcra, fast),
-        (
-            RedisAlgorithm::FixedWindow,
-            Quota::per_second(100_000).unwrap(),
-        ),
-        (
-            RedisAlgorithm::SlidingWindow,
-            Quota::per_second(10_000).unwrap(),
-        ),
-    ] {
-        for tasks in [1, 64] {
-            if alg != RedisAlgorithm::Gcra && tasks == 1 {
-                continue;
-            }
-            let l = Arc::new(RedisLimiter::new(conn.clone(), alg, quota, cfg.clone()).unwrap());
-            let keys: Arc<Vec<String>> =
-                Arc::new((0..tasks).map(|t| format!("{alg:?}:{t}")).collect());
-            let name = format!("script {alg:?}");
-            runs.push(
-                drive(&name, tasks, secs, move |t| {
-                    let (l, keys) = (Arc::clone(&l), Arc::clone(&keys));
-                    async move { l.check(&keys[t], 1).await.unwrap().is_allowed() }
-                })
-                .await,
-            );
-        }
-    }
+    let c = (&conn, &cfg);
+    runs.extend(script_runs::<Gcra>(c, fast, "Gcra", &[1, 64], secs).await);
+    let q = Quota::per_second(100_000).unwrap();
+    runs.extend(script_runs::<FixedWindow>(c, q, "FixedWindow", &[64], secs).await);
+    let q = Quota::per_second(10_000).unwrap();
+    runs.extend(script_runs::<SlidingWindow>(c, q, "SlidingWindow", &[64], secs).await);
 
     // Lease mode: one instance, leases of 1000 units, one key per task (1 M/s each, burst 10^8).
     let lease = LeaseConfig {
@@ -198,6 +176,31 @@ async fn main() {
             json!({ "runs": runs.iter().map(Run::json).collect::<Vec<_>>(), "accuracy": accuracy });
         std::fs::write(path, serde_json::to_string_pretty(&all).unwrap()).unwrap();
     }
+}
+
+/// One per-request limiter running `A` for `quota`, driven by each of `task_counts` tasks (one key
+/// per task).
+async fn script_runs<A: RedisEncoding>(
+    (conn, cfg): (&ConnectionManager, &RedisConfig),
+    quota: Quota,
+    name: &str,
+    task_counts: &[usize],
+    secs: f64,
+) -> Vec<Run> {
+    let mut runs = Vec::new();
+    for &tasks in task_counts {
+        let l = Arc::new(RedisLimiter::<A>::new(conn.clone(), quota, cfg.clone()).unwrap());
+        let keys: Arc<Vec<String>> = Arc::new((0..tasks).map(|t| format!("{name}:{t}")).collect());
+        let scenario = format!("script {name}");
+        runs.push(
+            drive(&scenario, tasks, secs, move |t| {
+                let (l, keys) = (Arc::clone(&l), Arc::clone(&keys));
+                async move { l.check(&keys[t], 1).await.unwrap().is_allowed() }
+            })
+            .await,
+        );
+    }
+    runs
 }
 
 /// 4 leased instances sharing one GCRA key at `rate`/s (burst = 100 ms of rate, so that a short

@@ -19,12 +19,45 @@ pub enum Error {
     Redis(redis::RedisError),
     /// The script answered something other than the four integers it always returns.
     BadReply(String),
+    /// The key holds a value this limiter's script cannot have written (not a number, out of
+    /// range, foreign hash fields): no decision was made and nothing was written. Fix or delete
+    /// the key; until then `check` answers by the fault policy.
+    CorruptState {
+        /// The Redis key.
+        key: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The key holds another Redis type than this limiter stores (`WRONGTYPE`): most likely two
+    /// limiters (algorithms) share a key prefix. A configuration error, not an outage: give each
+    /// limiter its own prefix.
+    WrongType {
+        /// The Redis key.
+        key: String,
+        /// Redis's message.
+        detail: String,
+    },
 }
 
 impl Error {
-    /// Whether this is a backend fault (timeout, Redis, reply) to which the fault policy applies.
+    /// Whether no decision could be made because of the backend or the stored state (everything but
+    /// [`Error::Cost`]): the errors to which the `check` methods apply the fault policy.
     pub fn is_backend(&self) -> bool {
         !matches!(self, Error::Cost(_))
+    }
+
+    /// Whether Redis could not be reached or answer in time ([`Error::Timeout`], [`Error::Redis`],
+    /// [`Error::BadReply`]): an outage, as opposed to bad state or configuration.
+    pub fn is_outage(&self) -> bool {
+        matches!(
+            self,
+            Error::Timeout(_) | Error::Redis(_) | Error::BadReply(_)
+        )
+    }
+
+    /// Whether this is a configuration error ([`Error::WrongType`]).
+    pub fn is_config(&self) -> bool {
+        matches!(self, Error::WrongType { .. })
     }
 }
 
@@ -35,6 +68,14 @@ impl fmt::Display for Error {
             Error::Timeout(d) => write!(f, "redis did not answer within {d:?}"),
             Error::Redis(e) => write!(f, "redis error: {e}"),
             Error::BadReply(what) => write!(f, "unexpected reply from the limiter script: {what}"),
+            Error::CorruptState { key, reason } => {
+                write!(f, "corrupt limiter state under redis key {key:?}: {reason}")
+            }
+            Error::WrongType { key, detail } => write!(
+                f,
+                "redis key {key:?} holds another type than this limiter stores (do two limiters \
+                 share a prefix?): {detail}"
+            ),
         }
     }
 }
@@ -44,7 +85,10 @@ impl std::error::Error for Error {
         match self {
             Error::Cost(e) => Some(e),
             Error::Redis(e) => Some(e),
-            Error::Timeout(_) | Error::BadReply(_) => None,
+            Error::Timeout(_)
+            | Error::BadReply(_)
+            | Error::CorruptState { .. }
+            | Error::WrongType { .. } => None,
         }
     }
 }

@@ -10,8 +10,9 @@ use redis::aio::{ConnectionLike, ConnectionManager};
 use tollgate_core::{CheckError, Clock, Decision, MonotonicClock, Nanos, Quota, QuotaError};
 
 use crate::config::RedisConfig;
+use crate::encoding::{ScriptParams, TatUnits, gcra_quota};
 use crate::error::Error;
-use crate::limiter::apply_policy;
+use crate::faults::{FaultCounts, Faults};
 use crate::scripts::{self, LEASE};
 
 /// Lease sizing: how many units one Redis call may take, and how long they may be spent locally.
@@ -28,7 +29,9 @@ pub struct LeaseConfig {
     /// answering a nearly empty bucket up to `min_grant` emission intervals late. It never changes
     /// how much is admitted over time: units not yet granted stay in the bucket.
     pub min_grant: u64,
-    /// Keys tracked locally before idle ones are pruned.
+    /// Most keys tracked locally (a hard bound, split across the key table's 16 shards). When a
+    /// key's shard is full of live leases, that key is decided by one exact Redis call per request
+    /// (a lease of exactly its cost) until room frees up.
     pub max_keys: usize,
 }
 
@@ -59,6 +62,9 @@ pub struct LeaseStats {
     pub redis_calls: u64,
     /// Decisions answered from the local "denied until" cache.
     pub cached_denials: u64,
+    /// Decisions made by a direct Redis call because the key's table shard was full of live keys
+    /// (also counted in `redis_calls`; admitted units in `leased` and `admitted`).
+    pub untracked: u64,
 }
 
 /// One key's local state.
@@ -153,20 +159,32 @@ impl Slot {
 ///
 /// Local state lives under one short mutex per key, found in a key table of 16 mutex-guarded shards
 /// (a local decision takes two uncontended locks and no reference count); the refill is
-/// single-flight per key per instance. `LeaseConfig::max_keys` is split evenly across the shards.
+/// single-flight per key per instance. `LeaseConfig::max_keys` is split across the shards (their
+/// capacities sum to it exactly), so the table never holds more keys.
 pub struct LeasedLimiter<C = ConnectionManager, K = MonotonicClock> {
     conn: C,
     config: RedisConfig,
     lease: LeaseConfig,
     clock: K,
     quota: Quota,
-    interval_us: String,
-    depth_us: String,
+    /// The lease script's GCRA parameters (as [`Gcra`](tollgate_core::Gcra)'s encoding).
+    params: ScriptParams,
     lease_ttl: Nanos,
     /// The key table, split in [`SHARDS`] locks chosen by the key's hash, each on its own cache line,
     /// so tasks on different keys rarely contend.
     shards: Box<[CachePadded<Mutex<Table>>]>,
     hasher: RandomState,
+    faults: Faults,
+    /// Totals of the decisions made without a slot (see [`LeaseStats::untracked`]).
+    untracked: Mutex<LeaseStats>,
+}
+
+/// How a request is served: from local state, through its key's slot, or without one.
+enum Route {
+    Local(Decision),
+    Slot(Arc<Slot>),
+    /// The key's shard is full of live keys.
+    Untracked,
 }
 
 type Table = HashMap<Box<str>, Arc<Slot>>;
@@ -187,6 +205,9 @@ impl<C, K> std::fmt::Debug for LeasedLimiter<C, K> {
 impl<C: ConnectionLike + Clone + Send + Sync> LeasedLimiter<C, MonotonicClock> {
     /// A leased GCRA limiter on the default monotonic clock (which times lease expiry and the denial
     /// cache; the shared bucket is timed as `config` says).
+    ///
+    /// The shared bucket runs the GCRA quota [`RedisLimiter::gcra`](crate::RedisLimiter::gcra) would
+    /// (the same key format and the same exactness: see [`quota`](Self::quota)).
     ///
     /// # Errors
     /// As [`RedisLimiter::new`](crate::RedisLimiter::new), or [`QuotaError::InvalidDuration`] for a
@@ -213,7 +234,8 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
         lease: LeaseConfig,
         clock: K,
     ) -> Result<Self, QuotaError> {
-        let (interval, depth) = scripts::gcra_params(&quota)?;
+        let quota = gcra_quota(quota)?;
+        let params = TatUnits::for_quota(&quota)?.params();
         let lease_ttl = u64::try_from(lease.ttl.as_nanos()).unwrap_or(u64::MAX);
         if lease.size == 0 || lease_ttl == 0 {
             return Err(QuotaError::InvalidDuration);
@@ -228,15 +250,18 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
             },
             clock,
             quota,
-            interval_us: interval.to_string(),
-            depth_us: depth.to_string(),
+            params,
             lease_ttl,
             shards: (0..SHARDS).map(|_| CachePadded::default()).collect(),
             hasher: RandomState::new(),
+            faults: Faults::default(),
+            untracked: Mutex::default(),
         })
     }
 
-    /// The quota enforced across all instances.
+    /// The quota enforced across all instances: the one given, or for a GCRA depth the script cannot
+    /// follow exactly, its interval rounded up to whole µs (see
+    /// [`RedisEncoding for Gcra`](crate::RedisEncoding#impl-RedisEncoding-for-Gcra)).
     pub fn quota(&self) -> &Quota {
         &self.quota
     }
@@ -252,7 +277,8 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
     /// # Errors
     /// Only [`CheckError::CostExceedsCapacity`].
     pub async fn check(&self, key: &str, cost: u64) -> Result<Decision, CheckError> {
-        apply_policy(self.config.policy(), self.run(key, None, cost).await)
+        self.faults
+            .apply(self.config.policy(), self.run(key, None, cost).await)
     }
 
     /// [`check`](Self::check) without the fault policy.
@@ -270,6 +296,12 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
     /// As [`try_check`](Self::try_check).
     pub async fn try_check_at(&self, key: &str, now: Nanos, cost: u64) -> Result<Decision, Error> {
         self.run(key, Some(now), cost).await
+    }
+
+    /// How many `check` calls the fault policy answered, by cause (see
+    /// [`RedisLimiter::faults`](crate::RedisLimiter::faults)).
+    pub fn faults(&self) -> FaultCounts {
+        self.faults.snapshot()
     }
 
     /// Totals over all keys tracked now (`held` counts live leases at the limiter's clock).
@@ -299,10 +331,15 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
             total.redis_calls += s.redis_calls;
             total.cached_denials += s.cached_denials;
         }
+        let u = *self.untracked.lock().unwrap_or_else(|e| e.into_inner());
+        total.leased += u.leased;
+        total.admitted += u.admitted;
+        total.redis_calls += u.redis_calls;
+        total.untracked += u.untracked;
         total
     }
 
-    /// How many keys this instance tracks now (bounded near `LeaseConfig::max_keys`: idle keys are
+    /// How many keys this instance tracks now (at most `LeaseConfig::max_keys`: idle keys are
     /// pruned when a shard fills).
     pub fn tracked_keys(&self) -> usize {
         (0..SHARDS).map(|i| self.table(i).len()).sum()
@@ -313,18 +350,26 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
         self.shards[shard].lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The most keys shard `shard` holds: `max_keys / SHARDS`, plus one for the first
+    /// `max_keys % SHARDS` shards, so the capacities sum to `max_keys`.
+    fn shard_capacity(&self, shard: usize) -> usize {
+        let max = self.lease.max_keys;
+        max / SHARDS + usize::from(shard < max % SHARDS)
+    }
+
     /// Answers from the key's local state if it can (no reference count touched); otherwise hands
-    /// back the key's slot for the slow path.
-    fn local_or_slot(&self, key: &str, now: Nanos, cost: u64) -> Result<Decision, Arc<Slot>> {
+    /// back the key's slot for the slow path, or [`Route::Untracked`] when its shard is full.
+    fn route(&self, key: &str, now: Nanos, cost: u64) -> Route {
         let shard = (self.hasher.hash_one(key) as usize) & (SHARDS - 1);
         let mut table = self.table(shard);
         if let Some(slot) = table.get(key) {
             return match slot.local().try_local(now, cost) {
-                Some(decision) => Ok(decision),
-                None => Err(Arc::clone(slot)),
+                Some(decision) => Route::Local(decision),
+                None => Route::Slot(Arc::clone(slot)),
             };
         }
-        if table.len() >= self.lease.max_keys.div_ceil(SHARDS) {
+        let capacity = self.shard_capacity(shard);
+        if table.len() >= capacity {
             // Drop keys nobody is using whose lease and denial have both lapsed. Their leftover
             // tokens are stranded either way; forgetting them admits nothing extra.
             table.retain(|_, slot| {
@@ -334,8 +379,40 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
                 let local = slot.local();
                 now < local.lease_until || now < local.denied_until
             });
+            if table.len() >= capacity {
+                // Every entry is live (or in use): keep the bound rather than evict a live lease.
+                return Route::Untracked;
+            }
         }
-        Err(Arc::clone(table.entry(key.into()).or_default()))
+        Route::Slot(Arc::clone(table.entry(key.into()).or_default()))
+    }
+
+    /// A decision without local state: one lease of exactly `cost` units, which is exactly a GCRA
+    /// decision of cost `cost` by the shared bucket. Nothing is cached.
+    async fn run_untracked(
+        &self,
+        key: &str,
+        at: Option<Nanos>,
+        cost: u64,
+    ) -> Result<Decision, Error> {
+        if cost == 0 {
+            return Ok(Decision::allowed(0, 0)); // asking for nothing always passes, as in GCRA
+        }
+        let time = scripts::time_arg(&self.config, at);
+        let cost_arg = cost.to_string();
+        let head = [&*time, &*cost_arg, &*cost_arg];
+        let result =
+            scripts::invoke(&self.conn, &self.config, &LEASE, key, head, &self.params).await;
+        let mut stats = self.untracked.lock().unwrap_or_else(|e| e.into_inner());
+        stats.redis_calls += 1;
+        stats.untracked += 1;
+        let reply = result?;
+        if reply.a == 0 {
+            return Ok(Decision::denied(reply.retry, reply.reset));
+        }
+        stats.leased += reply.a;
+        stats.admitted += cost;
+        Ok(Decision::allowed(reply.b, reply.reset)) // what the shared bucket has left
     }
 
     /// `at`: a caller-supplied time for both the local state and the script; `None`: the limiter's
@@ -349,9 +426,10 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
                 capacity: burst,
             }));
         }
-        let slot = match self.local_or_slot(key, now, cost) {
-            Ok(decision) => return Ok(decision),
-            Err(slot) => slot,
+        let slot = match self.route(key, now, cost) {
+            Route::Local(decision) => return Ok(decision),
+            Route::Slot(slot) => slot,
+            Route::Untracked => return self.run_untracked(key, at, cost).await,
         };
         // Slow path: one lease call per key at a time in this instance.
         let _refill = slot.refill.lock().await;
@@ -371,8 +449,9 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
         let time = scripts::time_arg(&self.config, at);
         let max = self.lease.size.max(min).to_string();
         let min = min.to_string();
-        let args = [&*time, &*min, &*max, &*self.interval_us, &*self.depth_us];
-        let result = scripts::invoke(&self.conn, &self.config, &LEASE, key, args).await;
+        let head = [&*time, &*min, &*max];
+        let result =
+            scripts::invoke(&self.conn, &self.config, &LEASE, key, head, &self.params).await;
         // Local expiries count from when the answer arrived, not from when we asked.
         let now = at.unwrap_or_else(|| self.clock.now());
         let mut local = slot.local();

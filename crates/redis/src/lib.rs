@@ -1,26 +1,38 @@
 //! Tollgate's algorithms on a shared Redis: the same transitions as `tollgate-core`, as atomic Lua
 //! scripts, so that many instances of a service enforce one quota.
 //!
-//! * [`RedisLimiter`]: one script call per decision, for [`RedisAlgorithm::Gcra`],
-//!   [`RedisAlgorithm::FixedWindow`] and [`RedisAlgorithm::SlidingWindow`]; cost `n` and peek.
+//! * [`RedisLimiter`]: one script call per decision, generic over the algorithm: any core algorithm
+//!   with a [`RedisEncoding`] ([`Gcra`](tollgate_core::Gcra) by default,
+//!   [`LeakyBucket`](tollgate_core::LeakyBucket), [`FixedWindow`](tollgate_core::FixedWindow),
+//!   [`SlidingWindow`](tollgate_core::SlidingWindow)); cost `n` and peek.
 //! * [`LeasedLimiter`]: each instance leases up to `k` units of a shared GCRA bucket per call and
 //!   admits locally; bounded error (see its docs), ≥ 100× fewer round-trips.
 //! * [`RedisConfig`]: key prefix, per-call timeout, [`FaultPolicy`] (fail open or closed),
 //!   [`TimeSource`] (server `TIME` by default, or the client's clock).
 //!
-//! # Same transitions as the core, in microseconds
-//! Each script is the core algorithm's `decide` restated over the script's own state (GCRA: the
-//! TAT; the windows: a hash of window index and counts). Lua numbers are doubles, so the scripts
-//! keep every value an integer below 2^53 by working in **microseconds**: times are µs since the
-//! Unix epoch (the server's `TIME`), the emission interval and the window are the quota's rounded
-//! *up* to whole µs (never looser: a GCRA interval of `T` µs plus a fraction enforces a rate lower
-//! by less than `1 / T`, e.g. < 0.1 % at 1 000/s; GCRA above 1 000 000/s per key is refused), and
-//! replies are four integers (`allowed`, `remaining`, `retry_after_us`, `reset_after_us`; `-1` =
-//! never), converted to the core's [`Decision`](tollgate_core::Decision). For a quota whose
-//! interval (GCRA) or window is a whole number of µs and for µs-aligned times, decisions equal the
-//! core's exactly, except that the sliding window's `retry_after` is the core's rounded up to the
-//! next µs (the first µs-aligned instant that fits). The integration tests check this on random
-//! traces.
+//! # Same transitions as the core
+//! [`RedisEncoding`] ties a core algorithm to its script: the script restates the algorithm's
+//! `decide` over the key's stored value, its parameters come from the algorithm's own validated
+//! ones, and the trait encodes and decodes the state word as that value. The integration tests seed
+//! core states into Redis and compare decision, stored state and TTL with the core's `decide`, on
+//! random traces over random quotas.
+//!
+//! What a µs clock forces: Redis's `TIME` (and [`TimeSource::System`], and the `_at` methods) give
+//! whole microseconds since the Unix epoch, and Lua numbers are doubles (exact integers below
+//! 2^53). Within that:
+//! * **GCRA and the leaky bucket are exact for any quota** whose depth stays below 2^51 units of
+//!   `gcd(interval, 1 µs)` (26 days at worst, 71 years for whole-µs intervals): the key holds the
+//!   core's TAT in ns and the script computes in that unit, so an interval such as 3/s
+//!   (333 333 334 ns) needs no rounding. Deeper buckets with an interval that is not whole µs run
+//!   with the interval rounded up to whole µs (rate lower by < 1 µs per interval).
+//! * **The windows** compute in µs: a period that is not whole µs is rounded up to the next µs
+//!   (never looser; periods of whole seconds, minutes, ... are unchanged). The sliding window's
+//!   `retry_after` is then the core's rounded up to whole µs (the first instant a µs clock can see).
+//!
+//! Replies are four integers (`allowed`, `remaining`, `retry_after`, `reset_after`; `-1` = never)
+//! in the script's unit, converted to the core's [`Decision`](tollgate_core::Decision).
+//! [`RedisLimiter::algorithm`] is the algorithm the script follows (its quota is the requested one
+//! unless rounded as above).
 //!
 //! # Keys, TTLs and Redis Cluster
 //! The Redis key is `prefix + key` (see [`RedisConfig::with_prefix`]). Every script reads and writes
@@ -29,17 +41,29 @@
 //! (rounded up to whole ms) to when its state becomes indistinguishable from a fresh one: GCRA at its
 //! TAT, fixed window at the window's end, sliding window at the end of the window after the current
 //! one. Denials and peeks never write. Give each limiter (algorithm and quota) its own prefix: a key
-//! written by one algorithm is a Redis `WRONGTYPE` error ([`Error::Redis`]) or a misread for another.
+//! written by one algorithm is, for another, a configuration error ([`Error::WrongType`], a string
+//! where a hash is stored or the reverse) or corrupt state ([`Error::CorruptState`], a hash with other
+//! fields); a quota changed under the same prefix is read as the new quota's state.
+//!
+//! Upgrading from a version that stored GCRA TATs in µs: those values read as long past (a full
+//! bucket) once, then are rewritten in ns.
 //!
 //! # Faults
 //! Each call runs under [`RedisConfig::with_timeout`]; timeouts and Redis errors become the typed
 //! [`Error`], which the `check` methods answer by the [`FaultPolicy`] (fail open or fail closed) and
-//! the `try_` methods return. Nothing panics. [`connect`] builds a redis-rs `ConnectionManager`, which
+//! the `try_` methods return. Nothing panics. The scripts validate what they read: a value they
+//! cannot have written (not an integer in plain digits, out of range, a foreign hash, a TAT beyond
+//! any write's reach) is [`Error::CorruptState`], answered by the policy too, never decided on and
+//! never overwritten; a key of another Redis type is [`Error::WrongType`], a configuration error.
+//! `faults()` on each limiter counts the policy's answers by cause (outage, corrupt state,
+//! configuration) so the last two show apart from an outage. [`connect`] builds a redis-rs `ConnectionManager`, which
 //! reconnects after the server comes back; scripts are sent by SHA and reloaded on `NOSCRIPT`, so a
 //! restarted server needs nothing from you.
 
 mod config;
+mod encoding;
 mod error;
+mod faults;
 mod lease;
 mod limiter;
 mod scripts;
@@ -47,9 +71,11 @@ mod scripts;
 use std::time::Duration;
 
 pub use config::{FaultPolicy, RedisConfig, TimeSource};
+pub use encoding::{RedisEncoding, ScriptParams, Storage};
 pub use error::Error;
+pub use faults::FaultCounts;
 pub use lease::{LeaseConfig, LeaseStats, LeasedLimiter};
-pub use limiter::{RedisAlgorithm, RedisLimiter};
+pub use limiter::RedisLimiter;
 pub use redis::aio::ConnectionManager;
 
 /// A lazily connecting, self-reconnecting connection to the Redis at `url` (e.g.

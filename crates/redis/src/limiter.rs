@@ -1,28 +1,24 @@
 //! One Lua script call per decision.
 
+use std::sync::Arc;
+
 use redis::aio::{ConnectionLike, ConnectionManager};
-use tollgate_core::{CheckError, Decision, Nanos, Quota, QuotaError};
+use tollgate_core::{
+    CheckError, Decision, FixedWindow, Gcra, Nanos, Quota, QuotaError, SlidingWindow,
+};
 
-use crate::config::{FaultPolicy, RedisConfig};
+use crate::config::RedisConfig;
+use crate::encoding::{RedisEncoding, ScriptParams};
 use crate::error::Error;
-use crate::scripts::{self, FIXED_WINDOW, GCRA, SLIDING_WINDOW};
+use crate::faults::{FaultCounts, Faults};
+use crate::scripts;
 
-/// Which algorithm a [`RedisLimiter`] runs; each is one atomic script on one key.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RedisAlgorithm {
-    /// GCRA token bucket, as [`tollgate_core::Gcra`]. Key: a string, the theoretical arrival time in µs.
-    Gcra,
-    /// Fixed window, as [`tollgate_core::FixedWindow`]. Key: a hash `{i: window index, c: count}`.
-    FixedWindow,
-    /// Sliding window counter, as [`tollgate_core::SlidingWindow`]. Key: a hash
-    /// `{i: window index, p: previous count, c: current count}`.
-    SlidingWindow,
-}
-
-/// A rate limiter whose state lives in Redis: every decision is one atomic Lua script call on one key.
+/// A rate limiter whose state lives in Redis: every decision is one atomic Lua script call on one key,
+/// running algorithm `A` (any [`RedisEncoding`]: [`Gcra`] by default, [`LeakyBucket`](tollgate_core::LeakyBucket),
+/// [`FixedWindow`], [`SlidingWindow`]).
 ///
-/// * Same transitions as the core's pure `decide` (see the crate docs for the µs unit), same
-///   [`Decision`].
+/// * Same transitions as the core's pure `decide` (see [`RedisEncoding`] and each algorithm's
+///   encoding for what a µs clock rounds), same [`Decision`].
 /// * Scripts are sent by SHA (`EVALSHA`) and reloaded on `NOSCRIPT` (after a restart, failover or
 ///   `SCRIPT FLUSH`).
 /// * Every write sets the key's TTL to the time at which its state becomes indistinguishable from a
@@ -32,89 +28,63 @@ pub enum RedisAlgorithm {
 ///   touches one key).
 ///
 /// ```no_run
-/// use tollgate_core::Quota;
+/// use tollgate_core::{Quota, SlidingWindow};
 /// use tollgate_redis::{connect, RedisConfig, RedisLimiter};
 ///
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 /// let config = RedisConfig::default().with_prefix("api:");
 /// let conn = connect("redis://127.0.0.1:6379/", &config)?;
-/// let limiter = RedisLimiter::gcra(conn, Quota::per_second(100)?, config)?;
+/// let limiter = RedisLimiter::gcra(conn.clone(), Quota::per_second(100)?, config.clone())?;
 /// let decision = limiter.check("user:42", 1).await?; // fault policy applied
 /// println!("allowed: {}", decision.is_allowed());
+/// // Any algorithm with a Redis encoding, by type:
+/// let windows = RedisLimiter::<SlidingWindow>::new(conn, Quota::per_minute(600)?, config)?;
 /// # Ok(()) }
 /// ```
 #[derive(Clone, Debug)]
-pub struct RedisLimiter<C = ConnectionManager> {
+pub struct RedisLimiter<A = Gcra, C = ConnectionManager> {
     conn: C,
     config: RedisConfig,
-    algorithm: RedisAlgorithm,
-    quota: Quota,
-    /// `(interval_us, depth_us)` for GCRA, `(window_us, limit)` for the windows.
-    params: (String, String),
-    capacity: u64,
+    algorithm: A,
+    params: ScriptParams,
+    faults: Arc<Faults>,
 }
 
-impl<C: ConnectionLike + Clone + Send + Sync> RedisLimiter<C> {
-    /// A limiter running `algorithm` for `quota` over `conn`.
+impl<A: RedisEncoding, C: ConnectionLike + Clone + Send + Sync> RedisLimiter<A, C> {
+    /// A limiter running `A` for `quota` over `conn`: `A` is built from
+    /// [`A::redis_quota(quota)`](RedisEncoding::redis_quota), the quota itself wherever the script
+    /// can follow it exactly (see [`algorithm`](Self::algorithm) for what runs).
     ///
     /// # Errors
-    /// A [`QuotaError`] when the quota's figures in µs would not stay exact in Lua's doubles (below
-    /// 2^52: a GCRA depth over 142 years, or a window's `limit × window_us` over 2^52), or
-    /// [`QuotaError::RateTooHigh`] for GCRA above one unit per µs per key.
-    pub fn new(
-        conn: C,
-        algorithm: RedisAlgorithm,
-        quota: Quota,
-        config: RedisConfig,
-    ) -> Result<Self, QuotaError> {
-        let ((p1, p2), capacity) = match algorithm {
-            RedisAlgorithm::Gcra => (scripts::gcra_params(&quota)?, quota.burst()),
-            RedisAlgorithm::FixedWindow | RedisAlgorithm::SlidingWindow => {
-                (scripts::window_params(&quota)?, quota.limit())
-            }
-        };
+    /// A [`QuotaError`] when the quota's figures would not stay exact in Lua's doubles (a GCRA depth
+    /// over 71 years, or a window's `limit × window_us` over 2^52), or when `A` rejects it.
+    pub fn new(conn: C, quota: Quota, config: RedisConfig) -> Result<Self, QuotaError> {
+        Self::from_algorithm(conn, A::from_quota(A::redis_quota(quota)?)?, config)
+    }
+
+    /// A limiter running exactly `algorithm` over `conn`.
+    ///
+    /// # Errors
+    /// A [`QuotaError`] when the script cannot follow `algorithm` exactly (build it from
+    /// [`RedisEncoding::redis_quota`], or use [`new`](Self::new)).
+    pub fn from_algorithm(conn: C, algorithm: A, config: RedisConfig) -> Result<Self, QuotaError> {
         Ok(RedisLimiter {
             conn,
             config,
+            params: algorithm.script_params()?,
             algorithm,
-            quota,
-            params: (p1.to_string(), p2.to_string()),
-            capacity,
+            faults: Arc::default(),
         })
     }
 
-    /// A GCRA limiter (see [`new`](Self::new)).
-    ///
-    /// # Errors
-    /// As [`new`](Self::new).
-    pub fn gcra(conn: C, quota: Quota, config: RedisConfig) -> Result<Self, QuotaError> {
-        Self::new(conn, RedisAlgorithm::Gcra, quota, config)
+    /// The algorithm the script follows, with its parameters.
+    pub fn algorithm(&self) -> &A {
+        &self.algorithm
     }
 
-    /// A fixed-window limiter (see [`new`](Self::new)).
-    ///
-    /// # Errors
-    /// As [`new`](Self::new).
-    pub fn fixed_window(conn: C, quota: Quota, config: RedisConfig) -> Result<Self, QuotaError> {
-        Self::new(conn, RedisAlgorithm::FixedWindow, quota, config)
-    }
-
-    /// A sliding-window-counter limiter (see [`new`](Self::new)).
-    ///
-    /// # Errors
-    /// As [`new`](Self::new).
-    pub fn sliding_window(conn: C, quota: Quota, config: RedisConfig) -> Result<Self, QuotaError> {
-        Self::new(conn, RedisAlgorithm::SlidingWindow, quota, config)
-    }
-
-    /// The algorithm.
-    pub fn algorithm(&self) -> RedisAlgorithm {
-        self.algorithm
-    }
-
-    /// The quota enforced.
+    /// The quota enforced (the algorithm's, see [`new`](Self::new)).
     pub fn quota(&self) -> &Quota {
-        &self.quota
+        self.algorithm.quota()
     }
 
     /// The settings.
@@ -124,11 +94,20 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisLimiter<C> {
 
     /// The largest cost one request may have.
     pub fn capacity(&self) -> u64 {
-        self.capacity
+        self.algorithm.capacity()
     }
 
-    /// Decides `cost` units for `key`, consuming capacity if allowed; a Redis fault is answered by the
-    /// [`FaultPolicy`].
+    /// How many `check`/`peek` calls the fault policy answered, by cause: outages, corrupt state,
+    /// configuration errors (shared by this limiter's clones).
+    pub fn faults(&self) -> FaultCounts {
+        self.faults.snapshot()
+    }
+
+    /// Decides `cost` units for `key`, consuming capacity if allowed. When no decision can be made
+    /// (Redis unreachable or slow, corrupt state under the key, a key of another type: see
+    /// [`try_check`](Self::try_check)), the [`FaultPolicy`](crate::FaultPolicy) answers and
+    /// [`faults`](Self::faults) counts the cause, so a misconfiguration or bad state shows apart from
+    /// an outage.
     ///
     /// # Errors
     /// Only [`CheckError::CostExceedsCapacity`]: a cost that can never pass.
@@ -147,7 +126,9 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisLimiter<C> {
     /// [`check`](Self::check) without the fault policy: backend faults come back as errors.
     ///
     /// # Errors
-    /// [`Error::Cost`], [`Error::Timeout`], [`Error::Redis`], [`Error::BadReply`].
+    /// [`Error::Cost`]; the outages [`Error::Timeout`], [`Error::Redis`], [`Error::BadReply`];
+    /// [`Error::CorruptState`] when the key holds a value the script cannot have written;
+    /// [`Error::WrongType`] (a configuration error) when it holds another Redis type.
     pub async fn try_check(&self, key: &str, cost: u64) -> Result<Decision, Error> {
         self.run(key, None, cost, false).await
     }
@@ -178,7 +159,7 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisLimiter<C> {
     }
 
     fn with_policy(&self, result: Result<Decision, Error>) -> Result<Decision, CheckError> {
-        apply_policy(self.config.policy(), result)
+        self.faults.apply(self.config.policy(), result)
     }
 
     async fn run(
@@ -188,34 +169,50 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisLimiter<C> {
         cost: u64,
         peek: bool,
     ) -> Result<Decision, Error> {
-        if cost > self.capacity {
-            return Err(Error::Cost(CheckError::CostExceedsCapacity {
-                cost,
-                capacity: self.capacity,
-            }));
-        }
-        let script = match self.algorithm {
-            RedisAlgorithm::Gcra => &*GCRA,
-            RedisAlgorithm::FixedWindow => &*FIXED_WINDOW,
-            RedisAlgorithm::SlidingWindow => &*SLIDING_WINDOW,
-        };
+        self.algorithm.check_cost(cost)?;
         let time = scripts::time_arg(&self.config, now);
         let cost = cost.to_string();
         let peek = if peek { "1" } else { "0" };
-        let args = [&*time, &*cost, peek, &*self.params.0, &*self.params.1];
-        let reply = scripts::invoke(&self.conn, &self.config, script, key, args).await?;
+        let head = [&*time, &*cost, peek];
+        let reply = scripts::invoke(
+            &self.conn,
+            &self.config,
+            A::script(),
+            key,
+            head,
+            &self.params,
+        )
+        .await?;
         Ok(reply.decision())
     }
 }
 
-/// A result with backend faults replaced by the policy's decision.
-pub(crate) fn apply_policy(
-    policy: FaultPolicy,
-    result: Result<Decision, Error>,
-) -> Result<Decision, CheckError> {
-    match result {
-        Ok(decision) => Ok(decision),
-        Err(Error::Cost(e)) => Err(e),
-        Err(_) => Ok(policy.decision()),
+impl<C: ConnectionLike + Clone + Send + Sync> RedisLimiter<Gcra, C> {
+    /// A GCRA limiter (see [`new`](Self::new)).
+    ///
+    /// # Errors
+    /// As [`new`](Self::new).
+    pub fn gcra(conn: C, quota: Quota, config: RedisConfig) -> Result<Self, QuotaError> {
+        Self::new(conn, quota, config)
+    }
+}
+
+impl<C: ConnectionLike + Clone + Send + Sync> RedisLimiter<FixedWindow, C> {
+    /// A fixed-window limiter (see [`new`](Self::new)).
+    ///
+    /// # Errors
+    /// As [`new`](Self::new).
+    pub fn fixed_window(conn: C, quota: Quota, config: RedisConfig) -> Result<Self, QuotaError> {
+        Self::new(conn, quota, config)
+    }
+}
+
+impl<C: ConnectionLike + Clone + Send + Sync> RedisLimiter<SlidingWindow, C> {
+    /// A sliding-window-counter limiter (see [`new`](Self::new)).
+    ///
+    /// # Errors
+    /// As [`new`](Self::new).
+    pub fn sliding_window(conn: C, quota: Quota, config: RedisConfig) -> Result<Self, QuotaError> {
+        Self::new(conn, quota, config)
     }
 }

@@ -4,9 +4,10 @@ use std::sync::LazyLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redis::Script;
-use tollgate_core::{Decision, Nanos, Quota, QuotaError};
+use tollgate_core::{Decision, Nanos};
 
 use crate::config::{RedisConfig, TimeSource};
+use crate::encoding::ScriptParams;
 use crate::error::Error;
 
 /// Integers the scripts handle stay below 2^53 (exact in a Lua double). Parameters are held below
@@ -14,53 +15,20 @@ use crate::error::Error;
 pub(crate) const LUA_PARAM_MAX: u64 = 1 << 52;
 
 macro_rules! lua {
-    ($file:literal) => {
+    ($($file:literal),+) => {
         LazyLock::new(|| {
             Script::new(concat!(
                 include_str!("lua/prelude.lua"),
-                include_str!(concat!("lua/", $file))
+                $(include_str!(concat!("lua/", $file))),+
             ))
         })
     };
 }
 
-pub(crate) static GCRA: LazyLock<Script> = lua!("gcra.lua");
-pub(crate) static LEASE: LazyLock<Script> = lua!("lease.lua");
+pub(crate) static GCRA: LazyLock<Script> = lua!("tat.lua", "gcra.lua");
+pub(crate) static LEASE: LazyLock<Script> = lua!("tat.lua", "lease.lua");
 pub(crate) static FIXED_WINDOW: LazyLock<Script> = lua!("fixed_window.lua");
 pub(crate) static SLIDING_WINDOW: LazyLock<Script> = lua!("sliding_window.lua");
-
-/// Nanoseconds rounded up to whole microseconds.
-pub(crate) fn ceil_us(ns: Nanos) -> u64 {
-    ns.div_ceil(1000)
-}
-
-/// GCRA parameters in µs: `(interval_us, depth_us)`, the interval rounded up (never faster). More
-/// than one unit per µs per key is [`QuotaError::RateTooHigh`] (rounding would cut the rate).
-pub(crate) fn gcra_params(quota: &Quota) -> Result<(u64, u64), QuotaError> {
-    if quota.emission_interval_nanos() < 1000 {
-        return Err(QuotaError::RateTooHigh);
-    }
-    let interval = ceil_us(quota.emission_interval_nanos());
-    let depth = quota
-        .burst()
-        .checked_mul(interval)
-        .filter(|d| *d < LUA_PARAM_MAX)
-        .ok_or(QuotaError::BurstTooLarge)?;
-    Ok((interval, depth))
-}
-
-/// Window parameters in µs: `(window_us, limit)`, the window rounded up (never more per window).
-pub(crate) fn window_params(quota: &Quota) -> Result<(u64, u64), QuotaError> {
-    let window = ceil_us(quota.period_nanos());
-    if window >= LUA_PARAM_MAX {
-        return Err(QuotaError::PeriodTooLong);
-    }
-    let max = (LUA_PARAM_MAX - 1) / window;
-    if quota.limit() > max {
-        return Err(QuotaError::LimitTooLarge { max });
-    }
-    Ok((window, quota.limit()))
-}
 
 /// The script's first argument: `now` in µs, or `""` for the server's `TIME`.
 pub(crate) fn time_arg(config: &RedisConfig, now: Option<Nanos>) -> String {
@@ -76,7 +44,8 @@ pub(crate) fn time_arg(config: &RedisConfig, now: Option<Nanos>) -> String {
     }
 }
 
-/// A script reply `{a, b, retry_us, reset_us}`, microseconds converted to nanoseconds (-1: never).
+/// A script reply `{a, b, retry, reset}`, durations converted from the script's unit to nanoseconds
+/// (-1: never).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Reply {
     pub a: u64,
@@ -86,7 +55,7 @@ pub(crate) struct Reply {
 }
 
 impl Reply {
-    pub(crate) fn parse(raw: &[i64]) -> Result<Reply, Error> {
+    pub(crate) fn parse(raw: &[i64], unit: Nanos) -> Result<Reply, Error> {
         let &[a, b, retry, reset] = raw else {
             return Err(Error::BadReply(format!("{} values, want 4", raw.len())));
         };
@@ -94,7 +63,7 @@ impl Reply {
         let us = |v: i64| match v {
             -1 => Ok(Nanos::MAX),
             v => u64::try_from(v)
-                .map(|us| us.saturating_mul(1000))
+                .map(|n| n.saturating_mul(unit))
                 .map_err(|_| Error::BadReply(format!("duration {v}"))),
         };
         Ok(Reply {
@@ -115,32 +84,60 @@ impl Reply {
     }
 }
 
-/// Runs `script` on one key (EVALSHA, loading the script on NOSCRIPT) under the configured timeout.
+/// Runs `script` on one key (EVALSHA, loading the script on NOSCRIPT) under the configured timeout,
+/// with arguments `head` (time, and two per script) then the algorithm's parameters.
 pub(crate) async fn invoke<C>(
     conn: &C,
     config: &RedisConfig,
     script: &Script,
     key: &str,
-    args: [&str; 5],
+    head: [&str; 3],
+    params: &ScriptParams,
 ) -> Result<Reply, Error>
 where
     C: redis::aio::ConnectionLike + Clone + Send,
 {
     let mut conn = conn.clone();
     let mut call = script.key(config.key(key));
-    for arg in args {
+    for arg in head {
         call.arg(arg);
+    }
+    for arg in params.args() {
+        call.arg(arg.as_str());
     }
     let reply: Vec<i64> = tokio::time::timeout(config.timeout(), call.invoke_async(&mut conn))
         .await
         .map_err(|_| Error::Timeout(config.timeout()))?
-        .map_err(|e| {
-            // The connection's own response timeout (set by `connect`) is the same timeout.
-            if e.is_timeout() {
-                Error::Timeout(config.timeout())
-            } else {
-                Error::Redis(e)
-            }
-        })?;
-    Reply::parse(&reply)
+        .map_err(|e| classify(e, config, key))?;
+    Reply::parse(&reply, params.unit())
+}
+
+/// A Redis error as the crate's [`Error`]: the scripts' `TOLLGATE_CORRUPT` and Redis's `WRONGTYPE`
+/// are the key's fault, not the connection's.
+pub(crate) fn classify(e: redis::RedisError, config: &RedisConfig, key: &str) -> Error {
+    // The connection's own response timeout (set by `connect`) is the same timeout.
+    if e.is_timeout() {
+        return Error::Timeout(config.timeout());
+    }
+    let key = config.key(key);
+    // Redis appends where the error was raised (" script: <sha>, on @user_script:<line>.").
+    let detail = |e: &redis::RedisError| {
+        let d = e.detail().unwrap_or("");
+        d.split(" script: ").next().unwrap_or(d).to_owned()
+    };
+    match e.code() {
+        Some("TOLLGATE_CORRUPT") => {
+            let d = detail(&e);
+            let reason = d
+                .strip_prefix(key.as_str())
+                .and_then(|r| r.strip_prefix(": "))
+                .map_or(d.clone(), str::to_owned);
+            Error::CorruptState { key, reason }
+        }
+        Some("WRONGTYPE") => Error::WrongType {
+            detail: detail(&e),
+            key,
+        },
+        _ => Error::Redis(e),
+    }
 }

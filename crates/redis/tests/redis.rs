@@ -11,14 +11,12 @@ use rand::{Rng, SeedableRng};
 use redis::aio::MultiplexedConnection;
 use tokio::task::JoinHandle;
 use tollgate_core::algorithm::Algorithm;
-use tollgate_core::algorithm::fixed_window::FixedState;
-use tollgate_core::algorithm::sliding_window::SlidingState;
 use tollgate_core::{
-    CheckError, Decision, FixedWindow, Gcra, ManualClock, Nanos, Quota, SlidingWindow,
+    CheckError, Decision, FixedWindow, Gcra, LeakyBucket, ManualClock, Nanos, Quota, SlidingWindow,
 };
 use tollgate_redis::{
-    ConnectionManager, Error, FaultPolicy, LeaseConfig, LeasedLimiter, RedisAlgorithm, RedisConfig,
-    RedisLimiter, TimeSource, connect,
+    ConnectionManager, Error, FaultPolicy, LeaseConfig, LeasedLimiter, RedisConfig, RedisEncoding,
+    RedisLimiter, Storage, TimeSource, connect,
 };
 
 /// Around 2023 in µs since the Unix epoch, so the scripts see realistic magnitudes.
@@ -103,94 +101,53 @@ fn round_up_us(d: Decision) -> Decision {
     }
 }
 
-/// One algorithm as the trace test sees it: the core model plus its state in the script's form.
-trait Model: Algorithm {
-    const KIND: RedisAlgorithm;
-    /// Adds to `p` the commands that store nonzero core `word` in the script's representation.
-    fn store(&self, p: &mut redis::Pipeline, key: &str, word: u64);
-    /// The Redis commands that store core `word` in the script's representation (0: no key).
-    fn seed(&self, key: &str, word: u64) -> redis::Pipeline {
-        let mut p = redis::pipe();
-        p.atomic().del(key).ignore();
-        if word != 0 {
-            self.store(&mut p, key, word);
+/// The Redis commands that store core `word` as `A` encodes it, with no TTL (0: no key).
+fn seed<A: RedisEncoding>(model: &A, key: &str, word: u64) -> redis::Pipeline {
+    let mut p = redis::pipe();
+    p.atomic().del(key).ignore();
+    if word != 0 {
+        let values = model.encode(word);
+        match A::STORAGE {
+            Storage::String => p.set(key, &values[0]).ignore(),
+            Storage::Hash(fields) => {
+                let pairs: Vec<(&str, &String)> = fields.iter().copied().zip(&values).collect();
+                p.hset_multiple(key, &pairs).ignore()
+            }
+        };
+    }
+    p
+}
+
+/// The key's stored values (one per field, `None`: absent) and its PTTL.
+async fn stored<A: RedisEncoding>(
+    conn: &mut MultiplexedConnection,
+    key: &str,
+) -> (Vec<Option<String>>, i64) {
+    let mut read = redis::pipe();
+    read.atomic();
+    match A::STORAGE {
+        Storage::String => {
+            read.get(key);
+            read.pttl(key);
+            let (v, pttl): (Option<String>, i64) = read.query_async(conn).await.unwrap();
+            (vec![v], pttl)
         }
-        p
-    }
-    /// Reads the script's state back as a core word (`None`: no key).
-    fn read(&self, values: &[Option<u64>]) -> Option<u64>;
-    /// The fields to read.
-    fn fields() -> &'static [&'static str];
-    /// How long after `now` (µs) the written state `word` becomes fresh.
-    fn ttl_us(&self, word: u64, now_us: u64) -> u64;
-}
-
-impl Model for Gcra {
-    const KIND: RedisAlgorithm = RedisAlgorithm::Gcra;
-    fn store(&self, p: &mut redis::Pipeline, key: &str, word: u64) {
-        assert_eq!(word % 1000, 0, "core TAT not µs-aligned");
-        p.set(key, word / 1000).ignore();
-    }
-    fn read(&self, values: &[Option<u64>]) -> Option<u64> {
-        values[0].map(|tat| tat * 1000)
-    }
-    fn fields() -> &'static [&'static str] {
-        &[]
-    }
-    fn ttl_us(&self, word: u64, now_us: u64) -> u64 {
-        word / 1000 - now_us
+        Storage::Hash(fields) => {
+            let cmd = read.cmd("HMGET").arg(key);
+            for f in fields {
+                cmd.arg(*f);
+            }
+            read.pttl(key);
+            read.query_async(conn).await.unwrap()
+        }
     }
 }
 
-impl Model for FixedWindow {
-    const KIND: RedisAlgorithm = RedisAlgorithm::FixedWindow;
-    fn store(&self, p: &mut redis::Pipeline, key: &str, word: u64) {
-        let s = self.layout().unpack(word);
-        p.hset_multiple(key, &[("i", s.index), ("c", s.count)])
-            .ignore();
-    }
-    fn read(&self, v: &[Option<u64>]) -> Option<u64> {
-        Some(self.layout().pack(FixedState {
-            index: v[0]?,
-            count: v[1]?,
-        }))
-    }
-    fn fields() -> &'static [&'static str] {
-        &["i", "c"]
-    }
-    fn ttl_us(&self, word: u64, now_us: u64) -> u64 {
-        let w = self.quota().period_nanos() / 1000;
-        (self.layout().unpack(word).index + 1) * w - now_us
-    }
-}
-
-impl Model for SlidingWindow {
-    const KIND: RedisAlgorithm = RedisAlgorithm::SlidingWindow;
-    fn store(&self, p: &mut redis::Pipeline, key: &str, word: u64) {
-        let s = self.layout().unpack(word);
-        p.hset_multiple(key, &[("i", s.index), ("p", s.previous), ("c", s.current)])
-            .ignore();
-    }
-    fn read(&self, v: &[Option<u64>]) -> Option<u64> {
-        Some(self.layout().pack(SlidingState {
-            index: v[0]?,
-            previous: v[1]?,
-            current: v[2]?,
-        }))
-    }
-    fn fields() -> &'static [&'static str] {
-        &["i", "p", "c"]
-    }
-    fn ttl_us(&self, word: u64, now_us: u64) -> u64 {
-        let w = self.quota().period_nanos() / 1000;
-        (self.layout().unpack(word).index + 2) * w - now_us
-    }
-}
-
-/// Runs `steps` random requests through the script (client time) and the core's `decide`, seeding
-/// the key with the core's state before each step, and checks: the decision (durations rounded up
-/// to µs), the state written back, and its TTL (present, and exactly when the state turns fresh).
-async fn trace<M: Model>(
+/// Runs `steps` random requests through the script (client time, whole µs) and the core's `decide`,
+/// seeding the key with the core's state (encoded by [`RedisEncoding`]) before each step, and checks:
+/// the decision (exactly; the sliding window's durations rounded up to µs), the state written back
+/// (decoded), and its TTL (present, and exactly when the state turns fresh).
+async fn trace<M: RedisEncoding>(
     server: &RedisServer,
     model: M,
     rng: &mut StdRng,
@@ -198,20 +155,16 @@ async fn trace<M: Model>(
     key: &str,
 ) {
     let mut conn = raw(server).await;
-    let limiter = RedisLimiter::new(
-        manager(server, &config()),
-        M::KIND,
-        *model.quota(),
-        config(),
-    )
-    .unwrap();
+    let limiter =
+        RedisLimiter::from_algorithm(manager(server, &config()), model.clone(), config()).unwrap();
     let full = format!("t:{key}");
     let capacity = model.capacity();
-    let scale = model
+    let scale = (model
         .quota()
         .period_nanos()
         .max(model.quota().emission_interval_nanos())
-        / 1000;
+        / 1000)
+        .max(2);
     let mut state = 0u64;
     let (mut allowed, mut denied) = (0, 0);
     let mut now_us = EPOCH_US + rng.random_range(0..scale * 3);
@@ -233,8 +186,7 @@ async fn trace<M: Model>(
         let peek = rng.random_bool(0.15);
         let now = now_us * 1000;
 
-        let _: () = model
-            .seed(&full, state)
+        let _: () = seed(&model, &full, state)
             .query_async(&mut conn)
             .await
             .unwrap();
@@ -246,31 +198,20 @@ async fn trace<M: Model>(
         .unwrap();
         let t = model.decide(state, now, cost).unwrap();
         let ctx = format!("step {step}: now_us {now_us} cost {cost} peek {peek} state {state:#x}");
-        assert_eq!(got, round_up_us(t.decision), "{ctx}");
+        let want = if M::NAME == SlidingWindow::NAME {
+            round_up_us(t.decision)
+        } else {
+            t.decision
+        };
+        assert_eq!(got, want, "{ctx}");
         if got.is_allowed() {
             allowed += 1;
         } else {
             denied += 1;
         }
 
-        let mut read = redis::pipe();
-        read.atomic();
-        if M::fields().is_empty() {
-            read.get(&full);
-        } else {
-            let cmd = read.cmd("HMGET").arg(&full);
-            for f in M::fields() {
-                cmd.arg(*f);
-            }
-        }
-        read.pttl(&full);
-        let (values, pttl): (Vec<Option<u64>>, i64) = if M::fields().is_empty() {
-            let (v, pttl): (Option<u64>, i64) = read.query_async(&mut conn).await.unwrap();
-            (vec![v], pttl)
-        } else {
-            read.query_async(&mut conn).await.unwrap()
-        };
-        let stored = model.read(&values);
+        let (values, pttl) = stored::<M>(&mut conn, &full).await;
+        let stored = (pttl != -2).then(|| model.decode(&values).unwrap());
         match t.next.filter(|_| !peek) {
             None => {
                 // No write: the seeded state is untouched (and has no TTL).
@@ -284,11 +225,11 @@ async fn trace<M: Model>(
                 }
             }
             Some(next) => {
-                let ttl_us = model.ttl_us(next, now_us);
-                let want_ms = ttl_us.div_ceil(1000).max(1) as i64;
-                // The TTL ends exactly where the state turns fresh (to the µs)...
-                assert!(model.is_fresh(next, now + ttl_us * 1000), "{ctx}");
-                assert!(!model.is_fresh(next, now + ttl_us * 1000 - 1000), "{ctx}");
+                let ttl = model.ttl(next, now);
+                let want_ms = ttl.div_ceil(1_000_000).max(1) as i64;
+                // The TTL ends exactly where the state turns fresh (to the ns)...
+                assert!(model.is_fresh(next, now + ttl), "{ctx}");
+                assert!(!model.is_fresh(next, now + ttl - 1), "{ctx}");
                 match stored {
                     // ... a key that short-lived may already be gone in real time.
                     None => assert!(want_ms <= 100, "{ctx}: key vanished, TTL {want_ms} ms"),
@@ -311,45 +252,114 @@ async fn trace<M: Model>(
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn gcra_script_agrees_with_core_on_random_traces() {
+/// A random GCRA quota: any period in ns, so the emission interval is mostly not whole µs (and
+/// sometimes under 1 µs, or whole µs); `deep` gives a bucket too deep for exact ns units.
+fn gcra_quota(rng: &mut StdRng, round: usize) -> Quota {
+    let interval_ns: u64 = match round % 4 {
+        0 => rng.random_range(1..=20_000),
+        1 => rng.random_range(20_000..=5_000_000),
+        2 => rng.random_range(5_000_000..=2_000_000_000),
+        _ => rng.random_range(1..=2_000_000u64) * 1000, // whole µs
+    };
+    let limit = rng.random_range(1..=50u64);
+    Quota::per(
+        Duration::from_nanos(limit * interval_ns - rng.random_range(0..limit)),
+        limit,
+    )
+    .unwrap()
+    .with_burst(rng.random_range(1..=60))
+    .unwrap()
+}
+
+/// [`trace`] over GCRA-timed algorithms on random quotas: the script follows the requested quota
+/// itself (no rounding) whenever its depth is below 2^51 ns.
+async fn tat_traces<M: RedisEncoding>(seed: u64, name: &str) {
     let server = RedisServer::start();
-    let mut rng = StdRng::seed_from_u64(6);
-    for round in 0..12 {
-        // Whole-µs emission intervals: period = limit × interval.
-        let interval_us = match round % 3 {
-            0 => rng.random_range(1..=20),
-            1 => rng.random_range(20..=5_000),
-            _ => rng.random_range(5_000..=2_000_000),
-        };
-        let limit = rng.random_range(1..=50u64);
-        let quota = Quota::per(Duration::from_micros(limit * interval_us), limit)
+    let mut rng = StdRng::seed_from_u64(seed);
+    for round in 0..16 {
+        let quota = gcra_quota(&mut rng, round);
+        assert_eq!(M::redis_quota(quota).unwrap(), quota, "{quota:?}");
+        let model = M::from_quota(quota).unwrap();
+        trace(&server, model, &mut rng, 300, &format!("{name}{round}")).await;
+    }
+    // A bucket deeper than 2^51 ns with an interval that is not whole µs: the interval is rounded up
+    // to whole µs (the stated bound: < 1 µs per interval, never faster), then followed exactly.
+    for round in 0..2 {
+        // Odd and not a multiple of 5: the exact unit would be 1 ns.
+        let mut interval_ns = rng.random_range(500_000..=500_499u64) * 2 + 1;
+        if interval_ns % 5 == 0 {
+            interval_ns += 2;
+        }
+        let burst = (1u64 << 51) / interval_ns + rng.random_range(1..1000);
+        let quota = Quota::per(Duration::from_nanos(interval_ns * 10), 10)
             .unwrap()
-            .with_burst(rng.random_range(1..=60))
+            .with_burst(burst)
             .unwrap();
-        let gcra = Gcra::from_quota(quota).unwrap();
-        trace(&server, gcra, &mut rng, 300, &format!("gcra{round}")).await;
+        let run = M::redis_quota(quota).unwrap();
+        let (asked, got) = (
+            quota.emission_interval_nanos(),
+            run.emission_interval_nanos(),
+        );
+        assert!(
+            got % 1000 == 0 && got >= asked && got - asked < 1000,
+            "{asked} -> {got}"
+        );
+        assert_eq!((run.limit(), run.burst()), (quota.limit(), quota.burst()));
+        let model = M::from_quota(run).unwrap();
+        trace(
+            &server,
+            model,
+            &mut rng,
+            300,
+            &format!("{name}-deep{round}"),
+        )
+        .await;
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gcra_script_agrees_with_core_on_random_traces() {
+    tat_traces::<Gcra>(6, "gcra").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leaky_bucket_script_agrees_with_core_on_random_traces() {
+    tat_traces::<LeakyBucket>(10, "lb").await;
+}
+
+/// A random window quota; every other round its period is not whole µs.
 fn window_quota(rng: &mut StdRng, round: usize) -> Quota {
     let window_us: u64 = match round % 3 {
         0 => rng.random_range(1_000..=20_000),
         1 => rng.random_range(20_000..=2_000_000),
         _ => rng.random_range(2_000_000..=120_000_000),
     };
+    let window_ns = if round % 2 == 0 {
+        window_us * 1000
+    } else {
+        window_us * 1000 - rng.random_range(1..1000)
+    };
     // limit <= window in µs, so the sliding window's µs waits are the core's rounded up.
     let limit = rng.random_range(1..=200u64.min(window_us));
-    Quota::per(Duration::from_micros(window_us), limit).unwrap()
+    Quota::per(Duration::from_nanos(window_ns), limit).unwrap()
 }
 
 /// 12 rounds of [`trace`] for a window algorithm, each on a fresh [`window_quota`] and key
-/// `{name}{round}`.
-async fn window_traces<M: Model>(seed: u64, name: &str) {
+/// `{name}{round}`: a period that is not whole µs runs rounded up to the next µs (never looser),
+/// then exactly.
+async fn window_traces<M: RedisEncoding>(seed: u64, name: &str) {
     let server = RedisServer::start();
     let mut rng = StdRng::seed_from_u64(seed);
     for round in 0..12 {
-        let model = M::from_quota(window_quota(&mut rng, round)).unwrap();
+        let quota = window_quota(&mut rng, round);
+        let run = M::redis_quota(quota).unwrap();
+        let (asked, got) = (quota.period_nanos(), run.period_nanos());
+        assert!(
+            got % 1000 == 0 && got >= asked && got - asked < 1000,
+            "{asked} -> {got}"
+        );
+        assert_eq!(run.limit(), quota.limit());
+        let model = M::from_quota(run).unwrap();
         trace(&server, model, &mut rng, 300, &format!("{name}{round}")).await;
     }
 }
@@ -369,17 +379,27 @@ async fn sliding_window_script_agrees_with_core_on_random_traces() {
 async fn lease_grants_match_core_gcra() {
     let server = RedisServer::start();
     let mut rng = StdRng::seed_from_u64(9);
-    let quota = Quota::per_second(1000).unwrap().with_burst(50).unwrap();
+    // A whole-µs interval, and one of 1 000 001 ns (followed in ns, unrounded).
+    let odd = Quota::per(Duration::from_nanos(1_000_000_007), 1000).unwrap();
+    for quota in [Quota::per_second(1000).unwrap(), odd] {
+        let quota = quota.with_burst(50).unwrap();
+        lease_trace(&server, &mut rng, quota).await;
+    }
+}
+
+async fn lease_trace(server: &RedisServer, rng: &mut StdRng, quota: Quota) {
     let gcra = Gcra::from_quota(quota).unwrap();
     // A 1 ns lease TTL: every call goes to Redis.
-    let limiter = leased_limiter(&server, quota, lease(7, Duration::from_nanos(1)));
+    let limiter = leased_limiter(server, quota, lease(7, Duration::from_nanos(1)));
+    assert_eq!(limiter.quota(), &quota);
+    let key = format!("lease{}", quota.emission_interval_nanos());
     let mut tat = 0u64;
     let mut now_us = EPOCH_US;
     let mut leased = 0;
     for step in 0..400 {
         now_us += rng.random_range(0..=3_000);
         let now = now_us * 1000;
-        let d = limiter.try_check_at("lease", now, 1).await.unwrap();
+        let d = limiter.try_check_at(&key, now, 1).await.unwrap();
         let after = limiter.stats_at(now).leased;
         let granted = after - leased;
         leased = after;
@@ -405,34 +425,42 @@ async fn lease_grants_match_core_gcra() {
     }
 }
 
+/// 4 instances (own connections) of 8 tasks, 20 requests each, on one key at one frozen instant.
+async fn shared_admissions<A: RedisEncoding>(server: &RedisServer, quota: Quota) -> u64 {
+    let now = (EPOCH_US + 12_345) * 1000;
+    let mut tasks = Vec::new();
+    for _instance in 0..4 {
+        let cfg = config();
+        let limiter =
+            Arc::new(RedisLimiter::<A, _>::new(manager(server, &cfg), quota, cfg).unwrap());
+        for _task in 0..8 {
+            let limiter = Arc::clone(&limiter);
+            tasks.push(tokio::spawn(async move {
+                let key = format!("shared-{}", A::NAME);
+                admitted(20, || limiter.try_check_at(&key, now, 1)).await
+            }));
+        }
+    }
+    total(tasks).await
+}
+
 /// Many instances (own connections) and tasks on one key at one frozen instant: exactly the quota.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn instances_sharing_redis_never_exceed_the_quota() {
     let server = RedisServer::start();
     let quota = Quota::per_minute(100).unwrap();
-    for algorithm in [
-        RedisAlgorithm::Gcra,
-        RedisAlgorithm::FixedWindow,
-        RedisAlgorithm::SlidingWindow,
-    ] {
-        let now = (EPOCH_US + 12_345) * 1000;
-        let mut tasks = Vec::new();
-        for _instance in 0..4 {
-            let cfg = config();
-            let limiter =
-                Arc::new(RedisLimiter::new(manager(&server, &cfg), algorithm, quota, cfg).unwrap());
-            for _task in 0..8 {
-                let limiter = Arc::clone(&limiter);
-                tasks.push(tokio::spawn(async move {
-                    let key = format!("shared-{algorithm:?}");
-                    admitted(20, || limiter.try_check_at(&key, now, 1)).await
-                }));
-            }
-        }
-        let admitted = total(tasks).await;
-        // 640 requests for 100 units: all 100 go, none more.
-        assert_eq!(admitted, 100, "{algorithm:?}");
-    }
+    // 640 requests for 100 units: all 100 go, none more.
+    assert_eq!(shared_admissions::<Gcra>(&server, quota).await, 100, "gcra");
+    assert_eq!(
+        shared_admissions::<FixedWindow>(&server, quota).await,
+        100,
+        "fixed"
+    );
+    assert_eq!(
+        shared_admissions::<SlidingWindow>(&server, quota).await,
+        100,
+        "sliding"
+    );
 
     // Leased instances: every unit admitted came from the bucket, none stranded at a frozen instant.
     let now = (EPOCH_US + 99) * 1000;
@@ -813,10 +841,227 @@ async fn idle_keys_are_pruned_from_the_local_table() {
         "{} keys tracked",
         leased.tracked_keys()
     );
-    // Live leases are never pruned.
+    // Live leases are never pruned: every tracked key still holds its live lease (the table's bound
+    // is `lease_table_never_passes_max_keys`).
     let live = leased_limiter(&server, quota, lease(2, Duration::from_secs(60)));
     for i in 0..100 {
         assert!(live.try_check_at(&format!("live{i}"), now, 1).await.is_ok());
     }
-    assert_eq!(live.tracked_keys(), 100);
+    let s = live.stats_at(now);
+    assert_eq!(s.held as usize, live.tracked_keys());
+    assert_eq!(s.stranded, 0);
+}
+
+/// A flood of distinct keys with live leases: the local table stays within `max_keys`, and keys it
+/// cannot hold are still decided exactly (by the shared bucket, one call each).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_table_never_passes_max_keys() {
+    let server = RedisServer::start();
+    let quota = Quota::per_second(10).unwrap(); // burst 10 per key
+    let leased = leased_limiter(&server, quota, lease(4, Duration::from_secs(60))); // max_keys 16
+    let now: Nanos = EPOCH_US * 1000;
+    for i in 0..200 {
+        let key = format!("flood{i}");
+        assert!(
+            leased
+                .try_check_at(&key, now, 1)
+                .await
+                .unwrap()
+                .is_allowed()
+        );
+        assert!(
+            leased.tracked_keys() <= 16,
+            "{} keys tracked",
+            leased.tracked_keys()
+        );
+    }
+    // Whether its key is tracked or not, each key admits exactly its burst at one instant.
+    for key in ["flood0", "flood150", "flood199"] {
+        assert_eq!(
+            admitted(20, || leased.try_check_at(key, now, 1)).await,
+            9,
+            "{key}"
+        );
+    }
+    let s = leased.stats_at(now);
+    assert!(s.admitted >= 200 + 27 && s.leased >= s.admitted, "{s:?}");
+}
+
+/// Stored values a limiter's script cannot have written, set under `key` by `set`.
+async fn corrupt(conn: &mut MultiplexedConnection, key: &str, set: &[(&str, &str)]) {
+    let mut p = redis::pipe();
+    p.atomic().del(key).ignore();
+    match set {
+        [("", v)] => p.set(key, *v).ignore(),
+        fields => p.hset_multiple(key, fields).ignore(),
+    };
+    let _: () = p.query_async(conn).await.unwrap();
+}
+
+/// The key's value and PTTL, to check that nothing was written.
+async fn dump(conn: &mut MultiplexedConnection, key: &str) -> (Vec<u8>, i64) {
+    let (v, pttl): (Option<Vec<u8>>, i64) = redis::pipe()
+        .cmd("DUMP")
+        .arg(key)
+        .pttl(key)
+        .query_async(conn)
+        .await
+        .unwrap();
+    (v.unwrap(), pttl)
+}
+
+fn is_corrupt(got: &Result<Decision, Error>, key: &str) -> bool {
+    matches!(got, Err(Error::CorruptState { key: k, .. }) if k == key)
+}
+
+/// Corrupt or foreign state under a limiter's key is an error, not a decision: the script writes
+/// nothing, `try_check` returns `Error::CorruptState`, `check` answers by the fault policy and
+/// counts it apart from outages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corrupt_state_is_an_error_not_a_decision() {
+    let server = RedisServer::start();
+    let mut conn = raw(&server).await;
+    let cfg = config().with_policy(FaultPolicy::FailClosed {
+        retry_after: Duration::from_millis(250),
+    });
+    let quota = Quota::per_second(10).unwrap();
+    let gcra = RedisLimiter::gcra(manager(&server, &cfg), quota, cfg.clone()).unwrap();
+    let fw = RedisLimiter::fixed_window(manager(&server, &cfg), quota, cfg.clone()).unwrap();
+    let sw = RedisLimiter::sliding_window(manager(&server, &cfg), quota, cfg.clone()).unwrap();
+    let leased = LeasedLimiter::new(
+        manager(&server, &cfg),
+        quota,
+        cfg,
+        lease(4, Duration::from_nanos(1)),
+    )
+    .unwrap();
+    let now: Nanos = EPOCH_US * 1000;
+    let policy = Decision::denied(250_000_000, 250_000_000);
+    // 200 years after `now`, in ns: a number, but no state written at `now` can be that far ahead.
+    let far = (now + 200 * 365 * 86_400 * 1_000_000_000).to_string();
+    let tats = [
+        "not-a-number",
+        "",
+        "-5",
+        "1.5e3",
+        "99999999999999999999999",
+        "18446744073709551615",
+        far.as_str(),
+    ];
+    for (i, tat) in tats.iter().enumerate() {
+        corrupt(&mut conn, "t:g", &[("", tat)]).await;
+        let before = dump(&mut conn, "t:g").await;
+        let got = gcra.try_check_at("g", now, 1).await;
+        assert!(is_corrupt(&got, "t:g"), "GCRA {tat:?}: {got:?}");
+        let got = gcra.try_peek_at("g", now, 1).await;
+        assert!(is_corrupt(&got, "t:g"), "GCRA peek {tat:?}: {got:?}");
+        let got = leased.try_check_at("g", now + i as u64 * 1000, 1).await;
+        assert!(is_corrupt(&got, "t:g"), "lease {tat:?}: {got:?}");
+        assert_eq!(
+            dump(&mut conn, "t:g").await,
+            before,
+            "GCRA {tat:?}: the key was written"
+        );
+        assert_eq!(gcra.check("g", 1).await.unwrap(), policy, "{tat:?}");
+    }
+    let n = tats.len() as u64;
+    assert_eq!(gcra.faults().corrupt, n);
+    assert_eq!(gcra.faults().outages, 0);
+
+    let windows: [&[(&str, &str)]; 6] = [
+        &[("i", "x"), ("c", "1")],
+        &[("i", "1"), ("c", "99999999999999999999")],
+        &[("i", "99999999999999999999"), ("c", "1")],
+        &[("i", "1"), ("c", "-1")],
+        &[("name", "bob")],
+        &[("i", "1")],
+    ];
+    for fields in windows {
+        corrupt(&mut conn, "t:f", fields).await;
+        let before = dump(&mut conn, "t:f").await;
+        let got = fw.try_check_at("f", now, 1).await;
+        assert!(is_corrupt(&got, "t:f"), "fixed {fields:?}: {got:?}");
+        assert_eq!(
+            dump(&mut conn, "t:f").await,
+            before,
+            "fixed {fields:?}: the key was written"
+        );
+        assert_eq!(fw.check("f", 1).await.unwrap(), policy);
+    }
+    assert_eq!(fw.faults().corrupt, windows.len() as u64);
+    let sliding: [&[(&str, &str)]; 4] = [
+        &[("i", "1"), ("p", "x"), ("c", "0")],
+        &[("i", "1"), ("p", "99999999999999999999"), ("c", "0")],
+        &[("i", "1"), ("c", "2")],
+        &[("i", "1"), ("p", "1"), ("c", "2"), ("extra", "3")],
+    ];
+    for fields in sliding {
+        corrupt(&mut conn, "t:s", fields).await;
+        let before = dump(&mut conn, "t:s").await;
+        let got = sw.try_check_at("s", now, 1).await;
+        assert!(is_corrupt(&got, "t:s"), "sliding {fields:?}: {got:?}");
+        assert_eq!(
+            dump(&mut conn, "t:s").await,
+            before,
+            "sliding {fields:?}: the key was written"
+        );
+    }
+    // A key the limiter wrote itself reads back fine after all that.
+    let _: () = redis::cmd("DEL")
+        .arg("t:g")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(gcra.try_check_at("g", now, 1).await.unwrap().is_allowed());
+}
+
+/// Two limiters of different algorithms under one prefix: a `WRONGTYPE` is a configuration error,
+/// reported as such (not as an outage).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_limiters_sharing_a_key_is_a_configuration_error() {
+    let server = RedisServer::start();
+    let cfg = config().with_policy(FaultPolicy::FailOpen);
+    let quota = Quota::per_second(10).unwrap();
+    let gcra = RedisLimiter::gcra(manager(&server, &cfg), quota, cfg.clone()).unwrap();
+    let fw = RedisLimiter::fixed_window(manager(&server, &cfg), quota, cfg.clone()).unwrap();
+    let lease_cfg = lease(4, Duration::from_secs(1));
+    let leased = LeasedLimiter::new(manager(&server, &cfg), quota, cfg, lease_cfg).unwrap();
+    let now: Nanos = EPOCH_US * 1000;
+    assert!(
+        fw.try_check_at("shared", now, 1)
+            .await
+            .unwrap()
+            .is_allowed()
+    ); // a hash
+    assert!(
+        gcra.try_check_at("other", now, 1)
+            .await
+            .unwrap()
+            .is_allowed()
+    ); // a string
+    let wrong = |got: Result<Decision, Error>, key: &str| match got {
+        Err(e @ Error::WrongType { .. }) => {
+            assert!(e.is_config() && !e.is_outage(), "{e}");
+            assert!(
+                matches!(&e, Error::WrongType { key: k, .. } if k == key),
+                "{e:?}"
+            );
+        }
+        other => panic!("{key}: want WrongType, got {other:?}"),
+    };
+    wrong(gcra.try_check_at("shared", now, 1).await, "t:shared");
+    wrong(leased.try_check_at("shared", now, 1).await, "t:shared");
+    wrong(fw.try_check_at("other", now, 1).await, "t:other");
+    // `check` answers by the policy and counts a configuration error, not an outage.
+    assert!(gcra.check("shared", 1).await.unwrap().is_allowed());
+    assert_eq!(
+        gcra.faults(),
+        tollgate_redis::FaultCounts {
+            outages: 0,
+            corrupt: 0,
+            config: 1
+        }
+    );
+    assert!(leased.check("shared", 1).await.unwrap().is_allowed());
+    assert_eq!(leased.faults().config, 1);
 }

@@ -1,9 +1,10 @@
 -- Fixed window. KEYS[1]: the key (hash: i = window index, c = units admitted in it). ARGV: now_us or
--- '', cost, peek (0/1), window_us, limit. Reply: {allowed, remaining, retry_after_us, reset_after_us}.
-local key, now, cost, peek, window, limit = decision_args()
-local h = redis.call('HMGET', key, 'i', 'c')
-local si = tonumber(h[1] or '0')
-local sc = tonumber(h[2] or '0')
+-- '', cost, peek (0/1), window_us, limit, max_count (the largest count a valid state holds).
+-- Reply: {allowed, remaining, retry_after_us, reset_after_us}.
+local key, now, cost, peek = decision_args()
+local window, limit, max_count = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local h = hash_state(key, {'i', 'c'}, {idiv(LIMIT - 1, window), max_count})
+local si, sc = h[1], h[2]
 local ni = idiv(now, window)
 -- A later window starts from zero; a clock gone backwards keeps counting in the stored window.
 local index, count = si, sc

@@ -1,6 +1,9 @@
 -- tollgate prelude: shared by every script.
--- Every number here is an integer below 2^53, so exact in a Lua double; times and durations are
--- microseconds. Replies are integers (Redis truncates Lua numbers to integers; ours are whole).
+-- Every number here is an integer below 2^53, so exact in a Lua double. Absolute times are whole
+-- microseconds since the Unix epoch (the resolution of `TIME`); each script says in which unit it
+-- computes durations. Replies are integers (Redis truncates Lua numbers to integers; ours are whole).
+-- 2^53: the end of exact integers. A state that would reach it is refused (fails closed).
+local LIMIT = 9007199254740992
 local function idiv(a, b)
   -- floor(a / b) for a >= 0, b > 0, corrected for the rounding of the float quotient.
   local q = math.floor(a / b)
@@ -22,6 +25,46 @@ local function str(n)
   -- Integers as plain digits ("%.0f" is exact below 2^53; tostring could print an exponent).
   return string.format('%.0f', n)
 end
+local function corrupt(what)
+  -- Stored state this script cannot have written: an error, never a decision (the client maps the
+  -- TOLLGATE_CORRUPT code to its typed error). Called before any write, so nothing is written.
+  error({err = 'TOLLGATE_CORRUPT ' .. KEYS[1] .. ': ' .. what})
+end
+local function shown(raw)
+  -- A stored value for an error message: at most 40 bytes, quoted.
+  return string.format('%q', string.sub(tostring(raw), 1, 40))
+end
+local function uint(raw, what, max)
+  -- A stored integer in plain digits, at most `max` (< 2^53); anything else is corrupt.
+  if type(raw) ~= 'string' or #raw > 16 or not string.find(raw, '^%d+$') then
+    corrupt(what .. ' ' .. shown(raw) .. ' is not an integer in plain digits below 2^53')
+  end
+  local n = tonumber(raw)
+  if n > max then
+    corrupt(what .. ' ' .. raw .. ' is out of range (at most ' .. str(max) .. ')')
+  end
+  return n
+end
+local function hash_state(key, fields, max)
+  -- The key's hash as integers, field i at most max[i]: all 0 for an absent key; exactly `fields`,
+  -- each present, or it is corrupt (a foreign hash). HLEN on another type raises WRONGTYPE.
+  local n = redis.call('HLEN', key)
+  local out = {}
+  if n == 0 then
+    for i = 1, #fields do
+      out[i] = 0
+    end
+    return out
+  end
+  if n ~= #fields then
+    corrupt('a hash of ' .. n .. ' fields, this limiter stores exactly ' .. table.concat(fields, ', '))
+  end
+  local h = redis.call('HMGET', key, unpack(fields))
+  for i = 1, #fields do
+    out[i] = uint(h[i], 'field ' .. fields[i], max[i])
+  end
+  return out
+end
 local function now_us()
   if ARGV[1] ~= '' then
     return tonumber(ARGV[1])
@@ -35,13 +78,11 @@ local function now_us()
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 local function decision_args()
-  -- The decision scripts' arguments: KEYS[1] the key; ARGV now_us or '', cost, peek (0/1), and two
-  -- parameters of the algorithm. Returns key, now, cost, peek (boolean), param1, param2.
-  return KEYS[1], now_us(), tonumber(ARGV[2]), ARGV[3] == '1', tonumber(ARGV[4]), tonumber(ARGV[5])
+  -- The decision scripts' first arguments: KEYS[1] the key; ARGV now_us or '', cost, peek (0/1).
+  -- The algorithm's parameters follow from ARGV[4].
+  return KEYS[1], now_us(), tonumber(ARGV[2]), ARGV[3] == '1'
 end
 local function expire_in(key, us)
   -- Keep the key `us` microseconds more, rounded up to whole milliseconds (never expires early).
   redis.call('PEXPIRE', key, str(math.max(cdiv(us, 1000), 1)))
 end
--- 2^53: the end of exact integers. A state that would reach it is refused (fails closed).
-local LIMIT = 9007199254740992

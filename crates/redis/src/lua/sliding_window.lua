@@ -1,11 +1,11 @@
 -- Sliding window counter. KEYS[1]: the key (hash: i = current window index, p = previous window's
--- count, c = current window's count). ARGV: now_us or '', cost, peek (0/1), window_us, limit.
+-- count, c = current window's count). ARGV: now_us or '', cost, peek (0/1), window_us, limit,
+-- max_count (the largest count a valid state holds).
 -- Reply: {allowed, remaining, retry_after_us, reset_after_us}.
-local key, now, cost, peek, window, limit = decision_args()
-local h = redis.call('HMGET', key, 'i', 'p', 'c')
-local si = tonumber(h[1] or '0')
-local sp = tonumber(h[2] or '0')
-local sc = tonumber(h[3] or '0')
+local key, now, cost, peek = decision_args()
+local window, limit, max_count = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local h = hash_state(key, {'i', 'p', 'c'}, {idiv(LIMIT - 1, window), max_count, max_count})
+local si, sp, sc = h[1], h[2], h[3]
 local ni = idiv(now, window)
 local index, prev, cur, elapsed, lag
 if ni == si then

@@ -1,0 +1,483 @@
+//! How a core [`Algorithm`] lives in Redis: its script, the script's parameters, and its state as a
+//! stored Redis value.
+
+use std::time::Duration;
+
+use redis::Script;
+use tollgate_core::algorithm::Algorithm;
+use tollgate_core::algorithm::fixed_window::FixedState;
+use tollgate_core::algorithm::sliding_window::SlidingState;
+use tollgate_core::{FixedWindow, Gcra, LeakyBucket, Nanos, Quota, QuotaError, SlidingWindow};
+
+use crate::scripts::{FIXED_WINDOW, GCRA, LUA_PARAM_MAX, SLIDING_WINDOW};
+
+/// The Redis type of a limiter's key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Storage {
+    /// A plain string (one value).
+    String,
+    /// A hash with exactly these fields, in this order.
+    Hash(&'static [&'static str]),
+}
+
+impl Storage {
+    /// How many values a state has in this storage.
+    pub fn len(self) -> usize {
+        match self {
+            Storage::String => 1,
+            Storage::Hash(fields) => fields.len(),
+        }
+    }
+
+    /// Whether a state has no values (never, for the crate's algorithms).
+    pub fn is_empty(self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A decision script's parameters: the algorithm's figures as script arguments, and the unit (in
+/// nanoseconds) in which the script computes and replies its durations.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScriptParams {
+    unit: Nanos,
+    args: Box<[String]>,
+}
+
+impl ScriptParams {
+    /// Parameters `args` (sent as `ARGV[4..]`), durations replied in units of `unit` ns (`unit >= 1`).
+    pub fn new(unit: Nanos, args: &[u64]) -> Self {
+        ScriptParams {
+            unit: unit.max(1),
+            args: args.iter().map(u64::to_string).collect(),
+        }
+    }
+
+    /// Nanoseconds per unit of the script's replies.
+    pub fn unit(&self) -> Nanos {
+        self.unit
+    }
+
+    /// The parameters, as sent.
+    pub fn args(&self) -> &[String] {
+        &self.args
+    }
+}
+
+/// A core [`Algorithm`] that runs in Redis: one atomic Lua script on one key restating its
+/// [`decide`](Algorithm::decide), with the state word stored as a Redis value.
+///
+/// The contract, which the crate's differential tests check on random traces and random quotas
+/// (core state seeded into Redis, then decision, stored state and TTL compared): for an algorithm
+/// `a` whose [`script_params`](Self::script_params) succeed, a state word `w` stored as
+/// [`encode(w)`](Self::encode), and a time `now` in whole µs since the Unix epoch (all Redis's
+/// `TIME` can give), the script answers `a.decide(w, now, cost)`'s decision, leaves
+/// [`decode`](Self::decode) reading its `next` word (or the key untouched when it is `None`), and
+/// sets the key's TTL to [`ttl`](Self::ttl) rounded up to whole ms. Per algorithm, where a µs clock
+/// forces rounding, the implementation says so.
+///
+/// Scripts follow one calling convention: `KEYS[1]` the key; `ARGV[1]` now in µs (empty: the server's
+/// `TIME`), `ARGV[2]` the cost, `ARGV[3]` `1` for a peek (decide, write nothing), then
+/// [`ScriptParams::args`]. The reply is `{allowed (0/1), remaining, retry_after, reset_after}`,
+/// durations in [`ScriptParams::unit`], `-1` for never.
+pub trait RedisEncoding: Algorithm {
+    /// The Redis type of the key.
+    const STORAGE: Storage;
+
+    /// The decision script (sent by SHA, loaded on `NOSCRIPT`).
+    fn script() -> &'static Script;
+
+    /// The quota to build the algorithm from so that the script follows it exactly: `quota` itself
+    /// where the script can, otherwise the nearest stricter quota (each implementation documents
+    /// when, and by how much at most).
+    ///
+    /// # Errors
+    /// A [`QuotaError`] when no such quota keeps the script's figures exact.
+    fn redis_quota(quota: Quota) -> Result<Quota, QuotaError> {
+        Ok(quota)
+    }
+
+    /// The script's parameters, derived from this algorithm's own validated parameters.
+    ///
+    /// # Errors
+    /// A [`QuotaError`] when the script cannot follow this algorithm exactly (build it from
+    /// [`redis_quota`](Self::redis_quota) instead).
+    fn script_params(&self) -> Result<ScriptParams, QuotaError>;
+
+    /// The stored values (one per [`STORAGE`](Self::STORAGE) field) for state word `word`.
+    fn encode(&self, word: u64) -> Vec<String>;
+
+    /// The state word for stored values, as read from the key (`None`: absent; all absent: the fresh
+    /// state `0`).
+    ///
+    /// # Errors
+    /// Why the values are not a state of this algorithm.
+    fn decode(&self, values: &[Option<String>]) -> Result<u64, String>;
+
+    /// How long after `now` a freshly written state `word` stays distinguishable from the fresh
+    /// state: the key's TTL (the script rounds it up to whole ms, at least 1).
+    fn ttl(&self, word: u64, now: Nanos) -> Nanos;
+}
+
+/// `gcd(a, b)`, Euclid's algorithm.
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+/// GCRA figures in the script's unit: a divisor of 1000 ns that also divides the interval.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct TatUnits {
+    /// Nanoseconds per unit.
+    pub unit: Nanos,
+    /// The emission interval in units.
+    pub interval: u64,
+    /// The bucket depth in units.
+    pub depth: u64,
+}
+
+/// The script's GCRA depth stays below 2^51 units, so that a stored TAT up to 2^52 units ahead plus a
+/// cost (at most the depth) stays below 2^53: exact in Lua's doubles.
+pub(crate) const TAT_DEPTH_MAX: u64 = 1 << 51;
+
+impl TatUnits {
+    /// The units for an interval of `interval` ns and a depth of `burst` intervals, if the script can
+    /// follow them exactly.
+    pub(crate) fn new(interval: Nanos, burst: u64) -> Option<TatUnits> {
+        let unit = gcd(interval, 1000);
+        let depth = burst.checked_mul(interval / unit)?;
+        (depth < TAT_DEPTH_MAX).then_some(TatUnits {
+            unit,
+            interval: interval / unit,
+            depth,
+        })
+    }
+
+    /// The GCRA script's parameters: units per µs, interval, depth.
+    pub(crate) fn params(self) -> ScriptParams {
+        ScriptParams::new(self.unit, &[1000 / self.unit, self.interval, self.depth])
+    }
+
+    /// The units for a GCRA quota built by [`gcra_quota`].
+    pub(crate) fn for_quota(quota: &Quota) -> Result<TatUnits, QuotaError> {
+        TatUnits::new(quota.emission_interval_nanos(), quota.burst())
+            .ok_or(QuotaError::BurstTooLarge)
+    }
+}
+
+/// [`RedisEncoding::redis_quota`] for the TAT algorithms: `quota` when its interval and depth fit the
+/// script's exact units, else the interval rounded up to whole µs.
+pub(crate) fn gcra_quota(quota: Quota) -> Result<Quota, QuotaError> {
+    let interval = quota.emission_interval_nanos();
+    if TatUnits::new(interval, quota.burst()).is_some() {
+        return Ok(quota);
+    }
+    let rounded = interval
+        .div_ceil(1000)
+        .checked_mul(1000)
+        .ok_or(QuotaError::PeriodTooLong)?;
+    TatUnits::new(rounded, quota.burst()).ok_or(QuotaError::BurstTooLarge)?;
+    let period = quota
+        .limit()
+        .checked_mul(rounded)
+        .ok_or(QuotaError::PeriodTooLong)?;
+    // ceil(limit × rounded / limit) = rounded: the new quota's interval is exactly `rounded`.
+    Quota::per(Duration::from_nanos(period), quota.limit())?.with_burst(quota.burst())
+}
+
+/// The GCRA state word (the TAT in ns) as the stored string, and back.
+fn tat_encode(word: u64) -> Vec<String> {
+    vec![word.to_string()]
+}
+
+fn tat_decode(values: &[Option<String>]) -> Result<u64, String> {
+    match values {
+        [None] => Ok(0),
+        [Some(raw)] => match raw.parse::<u64>() {
+            // The scripts' own bound: a TAT within 2^53 whole µs (they also refuse one more than
+            // 2^52 units ahead of now, which needs `now`).
+            Ok(tat) if tat / 1000 < 2 * LUA_PARAM_MAX => Ok(tat),
+            _ => Err(format!("TAT {raw:?} is not a time in ns below 2^53 µs")),
+        },
+        _ => Err(format!("{} values for a GCRA state", values.len())),
+    }
+}
+
+/// GCRA in Redis: the key is a string, the TAT in nanoseconds since the Unix epoch (the core's state
+/// word, in decimal).
+///
+/// **Exact for every quota whose bucket depth is below 2^51 units**, the unit being
+/// `gcd(interval, 1000 ns)`: the script splits the stored TAT into whole µs and nanoseconds and
+/// computes relative to `now` in that unit, so the emission interval need not be a whole number of
+/// µs (e.g. 3/s, 333 333 334 ns). That covers every depth below 26 days, and every depth below 71
+/// years when the interval is whole µs. Beyond that, [`redis_quota`](RedisEncoding::redis_quota)
+/// rounds the interval up to whole µs: a rate lower by less than 1 µs per interval (a relative
+/// error below `1 µs / interval`), and exact again for that quota. The only rounding a µs clock
+/// forces is then that `now`
+/// is a whole µs: decisions, `retry_after` and `reset_after` are the core's at that instant, to the
+/// nanosecond. A TAT past 2^53 µs (year 2255) is refused (denied, never).
+impl RedisEncoding for Gcra {
+    const STORAGE: Storage = Storage::String;
+
+    fn script() -> &'static Script {
+        &GCRA
+    }
+
+    fn redis_quota(quota: Quota) -> Result<Quota, QuotaError> {
+        gcra_quota(quota)
+    }
+
+    fn script_params(&self) -> Result<ScriptParams, QuotaError> {
+        TatUnits::for_quota(self.quota()).map(TatUnits::params)
+    }
+
+    fn encode(&self, word: u64) -> Vec<String> {
+        tat_encode(word)
+    }
+
+    fn decode(&self, values: &[Option<String>]) -> Result<u64, String> {
+        tat_decode(values)
+    }
+
+    fn ttl(&self, tat: u64, now: Nanos) -> Nanos {
+        tat.saturating_sub(now)
+    }
+}
+
+/// The leaky bucket meter is GCRA with `empty_at` as the TAT (see [`LeakyBucket`]): the same script,
+/// key format and exactness as [`Gcra`]'s encoding.
+impl RedisEncoding for LeakyBucket {
+    const STORAGE: Storage = Storage::String;
+
+    fn script() -> &'static Script {
+        &GCRA
+    }
+
+    fn redis_quota(quota: Quota) -> Result<Quota, QuotaError> {
+        gcra_quota(quota)
+    }
+
+    fn script_params(&self) -> Result<ScriptParams, QuotaError> {
+        TatUnits::for_quota(self.quota()).map(TatUnits::params)
+    }
+
+    fn encode(&self, word: u64) -> Vec<String> {
+        tat_encode(word)
+    }
+
+    fn decode(&self, values: &[Option<String>]) -> Result<u64, String> {
+        tat_decode(values)
+    }
+
+    fn ttl(&self, empty_at: u64, now: Nanos) -> Nanos {
+        empty_at.saturating_sub(now)
+    }
+}
+
+/// [`RedisEncoding::redis_quota`] for the windows: the period rounded up to whole µs.
+fn window_quota(quota: Quota) -> Result<Quota, QuotaError> {
+    let period = quota.period_nanos();
+    if period % 1000 == 0 {
+        return Ok(quota);
+    }
+    let rounded = period.div_ceil(1000) * 1000; // period < 2^64 / 1000 × 1000 cannot overflow here
+    let q = Quota::per(Duration::from_nanos(rounded), quota.limit())?;
+    // The windows do not read the burst; keep it where the longer interval allows.
+    Ok(q.with_burst(quota.burst()).unwrap_or(q))
+}
+
+/// The window scripts' figures in µs, for a period of whole µs (see [`window_quota`]).
+#[derive(Clone, Copy, Debug)]
+struct WindowUnits {
+    window: u64,
+    /// The largest window index a valid state holds: `index × window_us < 2^53`.
+    max_index: u64,
+    /// The largest count a valid state holds: what the core's layout packs, and `count × window_us`
+    /// below 2^52 (at least the limit).
+    max_count: u64,
+}
+
+impl WindowUnits {
+    fn new(quota: &Quota, layout_max: u64) -> Result<WindowUnits, QuotaError> {
+        let period = quota.period_nanos();
+        if period % 1000 != 0 {
+            return Err(QuotaError::InvalidDuration);
+        }
+        let window = period / 1000;
+        if window >= LUA_PARAM_MAX {
+            return Err(QuotaError::PeriodTooLong);
+        }
+        let max = (LUA_PARAM_MAX - 1) / window;
+        if quota.limit() > max {
+            return Err(QuotaError::LimitTooLarge { max });
+        }
+        Ok(WindowUnits {
+            window,
+            max_index: (2 * LUA_PARAM_MAX - 1) / window,
+            max_count: layout_max.min(max),
+        })
+    }
+
+    /// `(window_us, limit, max_count)`, durations in µs.
+    fn params(self, quota: &Quota) -> ScriptParams {
+        ScriptParams::new(1000, &[self.window, quota.limit(), self.max_count])
+    }
+}
+
+/// Reads hash fields as integers: all absent, the fresh state; all present, the values; else corrupt
+/// (as the scripts read them).
+fn counts<const N: usize>(values: &[Option<String>]) -> Result<Option<[u64; N]>, String> {
+    if values.len() != N {
+        return Err(format!("{} values, want {N}", values.len()));
+    }
+    if values.iter().all(Option::is_none) {
+        return Ok(None);
+    }
+    let mut out = [0; N];
+    for (o, v) in out.iter_mut().zip(values) {
+        let raw = v.as_deref().ok_or("a field is missing")?;
+        *o = raw
+            .parse()
+            .map_err(|_| format!("field {raw:?} is not an integer in plain digits"))?;
+    }
+    Ok(Some(out))
+}
+
+/// Fixed window in Redis: the key is a hash `{i: window index, c: count}` (the core's
+/// [`FixedState`]), the index counted in windows since the Unix epoch.
+///
+/// The script computes in whole µs, so [`redis_quota`](RedisEncoding::redis_quota) rounds a period
+/// that is not whole µs up to the next µs (a rate lower by less than 1 µs per window; periods built
+/// from seconds, minutes or hours are unchanged). For such periods decisions equal the core's
+/// exactly, to the nanosecond.
+impl RedisEncoding for FixedWindow {
+    const STORAGE: Storage = Storage::Hash(&["i", "c"]);
+
+    fn script() -> &'static Script {
+        &FIXED_WINDOW
+    }
+
+    fn redis_quota(quota: Quota) -> Result<Quota, QuotaError> {
+        window_quota(quota)
+    }
+
+    fn script_params(&self) -> Result<ScriptParams, QuotaError> {
+        WindowUnits::new(self.quota(), self.layout().max_count()).map(|u| u.params(self.quota()))
+    }
+
+    fn encode(&self, word: u64) -> Vec<String> {
+        let s = self.layout().unpack(word);
+        vec![s.index.to_string(), s.count.to_string()]
+    }
+
+    fn decode(&self, values: &[Option<String>]) -> Result<u64, String> {
+        let Some([index, count]) = counts::<2>(values)? else {
+            return Ok(0);
+        };
+        let layout = self.layout();
+        let u = WindowUnits::new(self.quota(), layout.max_count()).map_err(|e| e.to_string())?;
+        if count > u.max_count || index > u.max_index {
+            return Err(format!("index {index}, count {count} out of range"));
+        }
+        Ok(layout.pack(FixedState { index, count }))
+    }
+
+    fn ttl(&self, word: u64, now: Nanos) -> Nanos {
+        let end =
+            (self.layout().unpack(word).index + 1).saturating_mul(self.quota().period_nanos());
+        end.saturating_sub(now)
+    }
+}
+
+/// Sliding window counter in Redis: the key is a hash `{i: window index, p: previous count, c:
+/// current count}` (the core's [`SlidingState`]).
+///
+/// As the fixed window: a period that is not whole µs is rounded up to the next µs by
+/// [`redis_quota`](RedisEncoding::redis_quota). Decisions then equal the core's except one rounding
+/// the µs clock forces: a denial's `retry_after` is the core's rounded up to whole µs (the first
+/// instant a µs clock can see at which the request fits), when `limit` is at most the window in µs.
+impl RedisEncoding for SlidingWindow {
+    const STORAGE: Storage = Storage::Hash(&["i", "p", "c"]);
+
+    fn script() -> &'static Script {
+        &SLIDING_WINDOW
+    }
+
+    fn redis_quota(quota: Quota) -> Result<Quota, QuotaError> {
+        window_quota(quota)
+    }
+
+    fn script_params(&self) -> Result<ScriptParams, QuotaError> {
+        WindowUnits::new(self.quota(), self.layout().max_count()).map(|u| u.params(self.quota()))
+    }
+
+    fn encode(&self, word: u64) -> Vec<String> {
+        let s = self.layout().unpack(word);
+        vec![
+            s.index.to_string(),
+            s.previous.to_string(),
+            s.current.to_string(),
+        ]
+    }
+
+    fn decode(&self, values: &[Option<String>]) -> Result<u64, String> {
+        let Some([index, previous, current]) = counts::<3>(values)? else {
+            return Ok(0);
+        };
+        let layout = self.layout();
+        let u = WindowUnits::new(self.quota(), layout.max_count()).map_err(|e| e.to_string())?;
+        let max = u.max_count;
+        if previous > max || current > max || index > u.max_index {
+            return Err(format!(
+                "index {index}, counts {previous}/{current} out of range"
+            ));
+        }
+        Ok(layout.pack(SlidingState {
+            index,
+            previous,
+            current,
+        }))
+    }
+
+    fn ttl(&self, word: u64, now: Nanos) -> Nanos {
+        let end =
+            (self.layout().unpack(word).index + 2).saturating_mul(self.quota().period_nanos());
+        end.saturating_sub(now)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn units_divide_the_interval_and_a_microsecond() {
+        let u = TatUnits::new(333_333_334, 3).unwrap();
+        assert_eq!((u.unit, u.interval, u.depth), (2, 166_666_667, 500_000_001));
+        let u = TatUnits::new(10_000_000, 100).unwrap();
+        assert_eq!((u.unit, u.interval), (1000, 10_000));
+        // A depth of 2^51 units or more is not exact: the quota is rounded to whole µs instead.
+        let q = Quota::per(Duration::from_nanos(1_000_001), 1)
+            .unwrap()
+            .with_burst(1 << 32)
+            .unwrap();
+        assert!(TatUnits::new(1_000_001, 1 << 32).is_none());
+        let r = gcra_quota(q).unwrap();
+        assert_eq!(r.emission_interval_nanos(), 1_001_000);
+        assert_eq!((r.limit(), r.burst()), (1, 1 << 32));
+        assert!(TatUnits::for_quota(&r).is_ok());
+    }
+
+    #[test]
+    fn windows_round_the_period_up_to_whole_microseconds() {
+        let q = Quota::per(Duration::from_nanos(1_500_001), 7).unwrap();
+        let r = window_quota(q).unwrap();
+        assert_eq!((r.period_nanos(), r.limit()), (1_501_000, 7));
+        let whole = Quota::per_second(5).unwrap();
+        assert_eq!(window_quota(whole).unwrap(), whole);
+        assert!(WindowUnits::new(&q, 100).is_err());
+        let u = WindowUnits::new(&r, 100).unwrap();
+        assert_eq!(u.params(&r).args(), ["1501", "7", "100"]);
+    }
+}

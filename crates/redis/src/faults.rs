@@ -1,0 +1,57 @@
+//! Counts of the calls that the fault policy answered, by cause.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tollgate_core::{CheckError, Decision};
+
+use crate::config::FaultPolicy;
+use crate::error::Error;
+
+/// How many `check` calls a limiter answered by its [`FaultPolicy`], by cause (totals since it was
+/// built, shared by its clones).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FaultCounts {
+    /// Redis unreachable, slow or failing ([`Error::is_outage`]).
+    pub outages: u64,
+    /// Stored state the script refused ([`Error::CorruptState`]).
+    pub corrupt: u64,
+    /// Configuration errors ([`Error::WrongType`]): a key of another type under this prefix.
+    pub config: u64,
+}
+
+/// The live counters behind [`FaultCounts`].
+#[derive(Debug, Default)]
+pub(crate) struct Faults {
+    outages: AtomicU64,
+    corrupt: AtomicU64,
+    config: AtomicU64,
+}
+
+impl Faults {
+    pub(crate) fn snapshot(&self) -> FaultCounts {
+        // Relaxed: independent statistics; nothing is published through them.
+        FaultCounts {
+            outages: self.outages.load(Ordering::Relaxed),
+            corrupt: self.corrupt.load(Ordering::Relaxed),
+            config: self.config.load(Ordering::Relaxed),
+        }
+    }
+
+    /// `result` with every error but a bad cost answered by `policy`, and counted.
+    pub(crate) fn apply(
+        &self,
+        policy: FaultPolicy,
+        result: Result<Decision, Error>,
+    ) -> Result<Decision, CheckError> {
+        let counter = match result {
+            Ok(decision) => return Ok(decision),
+            Err(Error::Cost(e)) => return Err(e),
+            Err(Error::CorruptState { .. }) => &self.corrupt,
+            Err(Error::WrongType { .. }) => &self.config,
+            Err(_) => &self.outages,
+        };
+        // Relaxed: a statistic (see `snapshot`).
+        counter.fetch_add(1, Ordering::Relaxed);
+        Ok(policy.decision())
+    }
+}

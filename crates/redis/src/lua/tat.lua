@@ -1,0 +1,50 @@
+-- GCRA's stored state: the theoretical arrival time (TAT) in nanoseconds since the Unix epoch, as
+-- plain digits; that is the core's state word itself. It is too large for a double, so it is read
+-- as whole µs (all digits but the last three) and a nanosecond part, and the scripts compute relative
+-- to `now` in a unit of 1000 / per_us nanoseconds, a divisor of 1000 that also divides the emission
+-- interval (chosen by the client, see `RedisEncoding for Gcra`): every value then stays an exact
+-- integer, and the script's arithmetic is the core's, term for term.
+-- The furthest ahead of now a stored TAT may be: 2^52 units (so that adding a cost, at most the depth
+-- < 2^51 units, stays exact).
+local AHEAD_MAX = 4503599627370496
+local function tat_ahead(raw, now, per_us)
+  -- max(TAT - now, 0) in units (0 for an absent key: a full bucket).
+  if not raw then
+    return 0
+  end
+  if #raw > 19 or not string.find(raw, '^%d+$') then
+    corrupt('TAT ' .. shown(raw) .. ' is not a time in ns in plain digits')
+  end
+  local us, ns = 0, raw
+  if #raw > 3 then
+    us, ns = tonumber(string.sub(raw, 1, -4)), string.sub(raw, -3)
+  end
+  if us >= LIMIT then
+    corrupt('TAT ' .. raw .. ' is past 2^53 us')
+  end
+  local d = us - now
+  if d < 0 then
+    -- TAT - now = d × 1000 + ns <= -1000 + 999 < 0.
+    return 0
+  end
+  -- A TAT between two units (never written by the core for this quota) reads as the later one.
+  local ahead = d * per_us + cdiv(tonumber(ns), 1000 / per_us)
+  if ahead > AHEAD_MAX then
+    -- Writes put the TAT at most a depth (< 2^51 units) ahead; this is not a clock gone backwards.
+    corrupt('TAT ' .. raw .. ' is more than 2^52 units of ' .. str(1000 / per_us) .. ' ns ahead of now')
+  end
+  return ahead
+end
+local function tat_digits(now, ahead, per_us)
+  -- now + ahead units, as nanosecond digits.
+  local whole = idiv(ahead, per_us)
+  return str(now + whole) .. string.format('%03d', (ahead - whole * per_us) * (1000 / per_us))
+end
+local function gcra_args()
+  -- ARGV[4..6]: units per µs, the emission interval and the bucket depth in units.
+  return tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+end
+local function set_tat(key, now, ahead, per_us)
+  -- The TTL ends where the state turns fresh (the TAT), rounded up to whole ms: 1 ms = per_us × 1000 units.
+  redis.call('SET', key, tat_digits(now, ahead, per_us), 'PX', str(math.max(cdiv(ahead, per_us * 1000), 1)))
+end
