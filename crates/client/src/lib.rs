@@ -40,8 +40,9 @@
 //!   `now: SystemTime` the caller passes ([`retry_after`], [`parse_retry_after`]). A date in
 //!   the past means "retry now"; a malformed value is ignored (backoff applies).
 //! * Without `Retry-After`, a `RateLimit` header (`"name";r=0;t=5`, Structured Fields) whose
-//!   policy has nothing remaining gives a wait of `t` seconds ([`pause_hint`]); a client can
-//!   also read it on successful responses to pause before hitting the wall.
+//!   policy has nothing remaining gives a wait of `t` seconds ([`pause_hint`]): the time until
+//!   the policy admits more than `r` (here: any) units, the same wait on a success and on a 429.
+//!   A client can read it on successful responses to pause before hitting the wall.
 //! * The policy's limits still apply: a server wait **longer than `cap`**, or one that would
 //!   start the retry **after `max_elapsed`**, makes the client give up
 //!   ([`GiveUp::ServerDelayAboveCap`], [`GiveUp::MaxElapsed`]) and return the last response,
