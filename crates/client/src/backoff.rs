@@ -75,8 +75,10 @@ impl fmt::Display for Jitter {
 ///
 /// The default, [`ServerJitter::DEFAULT`], is up to 50 % of the wait and at most 1 s: a
 /// `Retry-After: 1` becomes 1.0-1.5 s, `Retry-After: 2` 2-3 s, `Retry-After: 60` 60-61 s. In the
-/// herd simulation (`results/herd/herd.md`) it cut the calls of 100 clients obeying a strict
-/// server's `Retry-After` from 5150 to about a quarter; [`ServerJitter::NONE`] obeys the server
+/// herd simulation (`results/herd/herd.md`), 100 clients obeying a strict server's
+/// `Retry-After` made 806 calls instead of 5150, at most 23.9 retries per 100 ms instead of 99
+/// (seed means), and the last one was done at 16.4 s instead of 99.1 s; 100 % spread a little
+/// more (677 calls) at up to twice the server's wait. [`ServerJitter::NONE`] obeys the server
 /// exactly.
 ///
 /// ```
