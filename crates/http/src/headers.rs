@@ -17,7 +17,7 @@
 //!     one-unit requests, and never earlier than `t` (as the draft requires) for larger ones.
 //!
 //!   `t` is found by asking the limiter, without consuming anything, when `r + 1` units would be
-//!   admitted ([`KeyedCheck::peek_key`](crate::KeyedCheck::peek_key)), so it is exact for every
+//!   admitted ([`KeyedCheck::peek_key`]), so it is exact for every
 //!   algorithm (a bucket refills a unit at a time, a fixed window all at once at its end). When
 //!   `r` is the whole quota (only after a zero-cost request), nothing more can become available
 //!   and `t` is 0.
