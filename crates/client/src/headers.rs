@@ -93,14 +93,16 @@ impl std::error::Error for InvalidRateLimit {
     }
 }
 
-/// One policy entry of a `RateLimit` header: `"name";r=<remaining>;t=<reset seconds>`.
+/// One policy entry of a `RateLimit` header: `"name";r=<remaining>;t=<seconds>`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RateLimitEntry {
     /// The policy name (the Structured Fields string item).
     pub policy: String,
-    /// `r`: quota units remaining in the current window.
+    /// `r`: quota units the client may still spend now.
     pub remaining: Option<u64>,
-    /// `t`: seconds until the quota resets.
+    /// `t`: seconds until more than `r` units become available (the draft's "time until
+    /// additional quota is made available"; Tollgate's server sends exactly that on allowed and
+    /// denied responses alike). Not necessarily the time until the whole quota is back.
     pub reset: Option<Duration>,
 }
 
@@ -142,11 +144,12 @@ pub fn ratelimit_entries(headers: &HeaderMap) -> Result<Vec<RateLimitEntry>, Inv
 }
 
 /// How long to pause before the next request, according to the `RateLimit` header: the
-/// longest reset `t` among policies with nothing remaining (`r=0`).
+/// longest `t` among policies with nothing remaining (`r=0`).
 ///
-/// A client that honours it waits for the window to reset instead of spending a request on
-/// a certain 429. `None` when the header is absent or malformed, or every policy still has
-/// quota left.
+/// With `r=0`, `t` is the wait until the policy admits a unit again, so a client that honours it
+/// waits exactly as long as a 429's `Retry-After` would have told it (for one-unit requests)
+/// instead of spending a request on a certain 429. `None` when the header is absent or
+/// malformed, or every policy still has quota left.
 ///
 /// ```
 /// use std::time::Duration;

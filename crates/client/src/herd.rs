@@ -15,17 +15,22 @@
 //!   then one per `T`. A request at `t` is admitted iff `t ≥ TAT − τ`, and then
 //!   `TAT = max(TAT, t) + T`.
 //! * A denied client asks its [`Backoff`] (unlimited attempts, the given base and cap) for
-//!   the next delay. In the [`Strategy::RetryAfter`] run the server's 429 carries
+//!   the next delay. In the [`Strategy::RetryAfter`] runs the server's 429 carries
 //!   `Retry-After`: the GCRA's time until the next admission, rounded *up* to whole seconds
-//!   as delay-seconds must be, and the client waits exactly that (the rule
-//!   [`RetryPolicy`](crate::RetryPolicy) follows). The first retry after the shared failure
-//!   has no header and uses the fallback jitter.
+//!   as delay-seconds must be, and the client waits that plus its [`ServerJitter`] extra
+//!   (none: exactly the server's wait, the rule before issue 11; the default: up to 50 %, at
+//!   most 1 s), as [`RetryPolicy`](crate::RetryPolicy) does. The first retry after the shared
+//!   failure has no header and uses the fallback jitter.
 //! * Every client has its own RNG ([`rand::rngs::StdRng`]) seeded from the run's seed and
 //!   its index, so a seed fixes the whole run.
 //!
 //! # Measured
-//! Total calls (the work the server absorbs, including the failed calls at `t = 0`), and the
-//! virtual time at which the median and the last client were admitted.
+//! Total calls (the work the server absorbs, including the failed calls at `t = 0`), the
+//! virtual time at which the median and the last client were admitted, and the peak number of
+//! retries after a 429 that land in one [`PEAK_WINDOW`] (100 ms, the simulated servers'
+//! emission interval: the strict server admits one request per window, so a peak of 40 means
+//! at least 39 denials at once). Each client's first retry, which follows the shared failure
+//! rather than a 429, is left out of the peak: every strategy spreads it the same way.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -35,7 +40,7 @@ use std::time::Duration;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
-use crate::backoff::{Backoff, BackoffState, ConfigError, Jitter, nanos};
+use crate::backoff::{Backoff, BackoffState, ConfigError, Jitter, ServerJitter, nanos};
 
 /// How a simulated client chooses its waits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -43,41 +48,80 @@ use crate::backoff::{Backoff, BackoffState, ConfigError, Jitter, nanos};
 pub enum Strategy {
     /// Capped exponential backoff with this jitter; the server sends no hints.
     Backoff(Jitter),
-    /// The server's 429 carries `Retry-After` (whole seconds), which the client obeys
-    /// exactly; `fallback` jitter covers the first retry after the shared failure.
+    /// The server's 429 carries `Retry-After` (whole seconds), which the client waits plus its
+    /// `server_jitter` extra; `fallback` jitter covers the first retry after the shared failure.
     RetryAfter {
         /// Jitter for waits without a server hint.
         fallback: Jitter,
+        /// The bounded extra over the server's wait ([`ServerJitter::NONE`]: exactly the wait).
+        server_jitter: ServerJitter,
     },
 }
 
 impl Strategy {
-    /// The five strategies of the herd report: the four jitters, then `Retry-After` with full
-    /// jitter as the fallback.
-    pub const REPORT: [Strategy; 5] = [
+    /// `Retry-After` obeyed exactly (the client before issue 11), full jitter as the fallback.
+    pub const RETRY_AFTER_EXACT: Strategy = Strategy::RetryAfter {
+        fallback: Jitter::Full,
+        server_jitter: ServerJitter::NONE,
+    };
+
+    /// `Retry-After` plus the default [`ServerJitter`], full jitter as the fallback (the
+    /// client's default).
+    pub const RETRY_AFTER_JITTERED: Strategy = Strategy::RetryAfter {
+        fallback: Jitter::Full,
+        server_jitter: ServerJitter::DEFAULT,
+    };
+
+    /// The six strategies of the herd report: the four jitters, then `Retry-After` obeyed
+    /// exactly and with the default extra.
+    pub const REPORT: [Strategy; 6] = [
         Strategy::Backoff(Jitter::None),
         Strategy::Backoff(Jitter::Full),
         Strategy::Backoff(Jitter::Equal),
         Strategy::Backoff(Jitter::Decorrelated),
-        Strategy::RetryAfter {
-            fallback: Jitter::Full,
-        },
+        Strategy::RETRY_AFTER_EXACT,
+        Strategy::RETRY_AFTER_JITTERED,
     ];
 
-    /// A short label: the jitter name, or `retry-after`.
+    /// A short label: the jitter name; `retry-after` (exact), `retry-after+jitter` (the default
+    /// extra), or `retry-after+P%<=Xms` for another extra; `/fallback` when that is not full.
     pub fn label(&self) -> String {
-        match self {
+        match *self {
             Strategy::Backoff(j) => j.name().to_owned(),
             Strategy::RetryAfter {
-                fallback: Jitter::Full,
-            } => "retry-after".to_owned(),
-            Strategy::RetryAfter { fallback } => format!("retry-after+{fallback}"),
+                fallback,
+                server_jitter,
+            } => {
+                let mut label = if server_jitter == ServerJitter::NONE {
+                    "retry-after".to_owned()
+                } else if server_jitter == ServerJitter::DEFAULT {
+                    "retry-after+jitter".to_owned()
+                } else {
+                    format!(
+                        "retry-after+{}%<={}ms",
+                        server_jitter.percent,
+                        server_jitter.max_extra.as_millis()
+                    )
+                };
+                if fallback != Jitter::Full {
+                    label.push('/');
+                    label.push_str(fallback.name());
+                }
+                label
+            }
         }
     }
 
     fn fallback(&self) -> Jitter {
         match *self {
-            Strategy::Backoff(j) | Strategy::RetryAfter { fallback: j } => j,
+            Strategy::Backoff(j) | Strategy::RetryAfter { fallback: j, .. } => j,
+        }
+    }
+
+    fn server_jitter(&self) -> ServerJitter {
+        match *self {
+            Strategy::Backoff(_) => ServerJitter::NONE,
+            Strategy::RetryAfter { server_jitter, .. } => server_jitter,
         }
     }
 }
@@ -197,6 +241,10 @@ impl std::error::Error for HerdError {
 /// Upper bound on simulated calls, so a pathological configuration ends with an error.
 pub const MAX_EVENTS: u64 = 50_000_000;
 
+/// The window over which [`HerdOutcome::peak_retries`] counts retries: 100 ms, one emission
+/// interval of the simulated 10 req/s servers.
+pub const PEAK_WINDOW: Duration = Duration::from_millis(100);
+
 /// One simulation's result.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct HerdOutcome {
@@ -210,6 +258,9 @@ pub struct HerdOutcome {
     pub median_done: Duration,
     /// When the last client was admitted.
     pub last_done: Duration,
+    /// The most retries after a 429 (every call but the first two of each client) in one
+    /// aligned [`PEAK_WINDOW`] (`[k·100 ms, (k+1)·100 ms)`).
+    pub peak_retries: u64,
 }
 
 /// The inline GCRA rate limiter.
@@ -263,6 +314,7 @@ pub fn simulate(config: &HerdConfig) -> Result<HerdOutcome, HerdError> {
         .unlimited_attempts()
         .unlimited_elapsed()
         .jitter(config.strategy.fallback())
+        .server_jitter(config.strategy.server_jitter())
         .build()
         .map_err(HerdError::Backoff)?;
     let honour_retry_after = matches!(config.strategy, Strategy::RetryAfter { .. });
@@ -284,15 +336,27 @@ pub fn simulate(config: &HerdConfig) -> Result<HerdOutcome, HerdError> {
         heap.push(Reverse((wait, i)));
     }
 
+    // Events pop in time order, so one running count per window finds the peak.
+    let window = nanos(PEAK_WINDOW);
+    let mut after_429 = vec![false; n];
+    let (mut current_window, mut in_window, mut peak_retries) = (0u64, 0u64, 0u64);
     while let Some(Reverse((now, i))) = heap.pop() {
         total_calls += 1;
         if total_calls > MAX_EVENTS {
             return Err(HerdError::TooManyEvents);
         }
+        if after_429[i] {
+            if now / window != current_window {
+                (current_window, in_window) = (now / window, 0);
+            }
+            in_window += 1;
+            peak_retries = peak_retries.max(in_window);
+        }
         match server.decide(now) {
             Ok(()) => done.push(now),
             Err(until_admissible) => {
                 denied_calls += 1;
+                after_429[i] = true;
                 let hint = honour_retry_after.then(|| {
                     // delay-seconds is an integer: round up so the retry is never early.
                     let secs = until_admissible.div_ceil(1_000_000_000);
@@ -316,6 +380,7 @@ pub fn simulate(config: &HerdConfig) -> Result<HerdOutcome, HerdError> {
         denied_calls,
         median_done: Duration::from_nanos(median),
         last_done: Duration::from_nanos(done.last().copied().unwrap_or(0)),
+        peak_retries,
     })
 }
 
@@ -357,6 +422,10 @@ pub struct SweepRow {
     pub mean_last_done_s: f64,
     /// Worst time until the last client was admitted, in seconds.
     pub max_last_done_s: f64,
+    /// Mean of [`HerdOutcome::peak_retries`] (most retries in one 100 ms window).
+    pub mean_peak_retries: f64,
+    /// Largest [`HerdOutcome::peak_retries`] over the seeds.
+    pub max_peak_retries: u64,
 }
 
 /// Run every `(strategy, clients)` pair over `seeds` seeds (0, 1, ...) starting from
@@ -404,6 +473,8 @@ pub fn sweep(
                     .iter()
                     .map(|r| r.last_done.as_secs_f64())
                     .fold(0.0, f64::max),
+                mean_peak_retries: mean(&|r| u128::from(r.peak_retries)),
+                max_peak_retries: runs.iter().map(|r| r.peak_retries).max().unwrap_or(0),
             });
         }
     }
@@ -515,6 +586,65 @@ mod tests {
         let none = mean_calls(BURSTY, s(Jitter::None), 100);
         let full = mean_calls(BURSTY, s(Jitter::Full), 100);
         assert!(full * 10 < none * 9, "n=100: full {full} vs none {none}");
+    }
+
+    fn mean_of(server: Server, strategy: Strategy, n: u32, f: fn(&HerdOutcome) -> u64) -> u64 {
+        let seeds = 10;
+        (0..seeds)
+            .map(|seed| {
+                let c = HerdConfig {
+                    server,
+                    ..HerdConfig::new(n, strategy).with_seed(seed)
+                };
+                f(&simulate(&c).expect("valid config"))
+            })
+            .sum::<u64>()
+            / seeds
+    }
+
+    #[test]
+    fn jitter_over_retry_after_breaks_up_the_herd() {
+        // Issue 11, point 8: obeyed exactly, the strict server's Retry-After brings every
+        // denied client back in the same 100 ms; the bounded extra spreads them.
+        let (exact, jittered) = (Strategy::RETRY_AFTER_EXACT, Strategy::RETRY_AFTER_JITTERED);
+        for n in [25, 50, 100] {
+            let calls = |s| mean_of(STRICT, s, n, |r| r.total_calls);
+            let peak = |s| mean_of(STRICT, s, n, |r| r.peak_retries);
+            let last = |s| mean_of(STRICT, s, n, |r| nanos(r.last_done));
+            assert!(
+                2 * calls(jittered) < calls(exact),
+                "n={n}: calls {} vs {}",
+                calls(jittered),
+                calls(exact)
+            );
+            // Exact: all but the one admitted come back together.
+            assert!(peak(exact) + 1 >= u64::from(n), "n={n}: {}", peak(exact));
+            assert!(2 * peak(jittered) < peak(exact), "n={n}");
+            assert!(last(jittered) < last(exact), "n={n}");
+        }
+        // Against the burst-10 bucket it costs no more work, and the last client is late by
+        // well under the 1 s bound of one extra.
+        for n in [25, 50, 100] {
+            let calls = |s| mean_of(BURSTY, s, n, |r| r.total_calls);
+            let last = |s| mean_of(BURSTY, s, n, |r| nanos(r.last_done));
+            assert!(calls(jittered) <= calls(exact), "n={n}");
+            assert!(last(jittered) < last(exact) + 1_000_000_000, "n={n}");
+        }
+    }
+
+    #[test]
+    fn peak_counts_retries_after_a_429_per_window() {
+        // 10 clients against burst 10: everyone is admitted on the first retry, which follows
+        // the shared failure, not a 429: no peak.
+        let r = simulate(&HerdConfig::new(10, Strategy::RETRY_AFTER_EXACT)).unwrap();
+        assert_eq!(r.peak_retries, 0);
+        // Strict server, exact Retry-After: 11 clients, one admitted in the first round, the
+        // other 10 told the same whole second come back inside one window.
+        let c = HerdConfig {
+            server: STRICT,
+            ..HerdConfig::new(11, Strategy::RETRY_AFTER_EXACT)
+        };
+        assert!(simulate(&c).unwrap().peak_retries >= 9);
     }
 
     #[test]

@@ -35,13 +35,18 @@
 //!   pick [`Jitter::Decorrelated`] when the base sits near the server's emission interval.
 //!
 //! # Retry-After and RateLimit rules
-//! * A retryable response's `Retry-After` takes precedence over the computed backoff and is
-//!   obeyed exactly (no jitter): delay-seconds or an HTTP-date, the latter measured against a
-//!   `now: SystemTime` the caller passes ([`retry_after`], [`parse_retry_after`]). A date in
-//!   the past means "retry now"; a malformed value is ignored (backoff applies).
+//! * A retryable response's `Retry-After` takes precedence over the computed backoff:
+//!   delay-seconds or an HTTP-date, the latter measured against a `now: SystemTime` the caller
+//!   passes ([`retry_after`], [`parse_retry_after`]). A date in the past means "retry now"; a
+//!   malformed value is ignored (backoff applies).
+//! * A server-given wait is never shortened, but a small bounded extra is added
+//!   ([`ServerJitter`], default up to 50 % of the wait and at most 1 s, from the same seeded
+//!   RNG): delay-seconds are whole seconds, so without it every client denied in the same
+//!   round comes back together (the herd simulation's `retry-after` rows).
 //! * Without `Retry-After`, a `RateLimit` header (`"name";r=0;t=5`, Structured Fields) whose
-//!   policy has nothing remaining gives a wait of `t` seconds ([`pause_hint`]); a client can
-//!   also read it on successful responses to pause before hitting the wall.
+//!   policy has nothing remaining gives a wait of `t` seconds ([`pause_hint`]): the time until
+//!   the policy admits more than `r` (here: any) units, the same wait on a success and on a 429.
+//!   A client can read it on successful responses to pause before hitting the wall.
 //! * The policy's limits still apply: a server wait **longer than `cap`**, or one that would
 //!   start the retry **after `max_elapsed`**, makes the client give up
 //!   ([`GiveUp::ServerDelayAboveCap`], [`GiveUp::MaxElapsed`]) and return the last response,
@@ -74,7 +79,9 @@ mod headers;
 pub mod herd;
 mod retry;
 
-pub use backoff::{Backoff, BackoffBuilder, BackoffState, ConfigError, Delays, GiveUp, Jitter};
+pub use backoff::{
+    Backoff, BackoffBuilder, BackoffState, ConfigError, Delays, GiveUp, Jitter, ServerJitter,
+};
 pub use headers::{
     InvalidRateLimit, InvalidRetryAfter, RATELIMIT, RateLimitEntry, parse_retry_after, pause_hint,
     ratelimit_entries, retry_after,

@@ -7,8 +7,8 @@ use proptest::prelude::*;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use tollgate_client::{
-    Backoff, BackoffState, ConfigError, GiveUp, InvalidRetryAfter, Jitter, parse_retry_after,
-    pause_hint, ratelimit_entries, retry_after,
+    Backoff, BackoffState, ConfigError, GiveUp, InvalidRetryAfter, Jitter, ServerJitter,
+    parse_retry_after, pause_hint, ratelimit_entries, retry_after,
 };
 
 const MS: Duration = Duration::from_millis(1);
@@ -193,11 +193,12 @@ fn server_delay_takes_precedence_within_limits() {
         .max_attempts(4)
         .max_elapsed(Duration::from_secs(30))
         .jitter(Jitter::None)
+        .server_jitter(ServerJitter::NONE)
         .build()
         .unwrap();
     let mut rng = StdRng::seed_from_u64(0);
     let mut s = BackoffState::new();
-    // Exactly the server's wait, not the 100 ms backoff.
+    // Exactly the server's wait (no extra configured), not the 100 ms backoff.
     let hint = Some(Duration::from_secs(7));
     assert_eq!(
         p.next_delay(&mut s, &mut rng, Duration::ZERO, hint),
@@ -258,6 +259,137 @@ proptest! {
             let d = p.next_delay(&mut s, &mut rng, Duration::MAX, None).unwrap();
             prop_assert!(d <= cap);
         }
+    }
+}
+
+/// Issue 11, point 8: a server wait gets a bounded extra, `[wait, wait + min(1 s, wait / 2)]` by
+/// default, never less than the wait, drawn from the seeded RNG.
+#[test]
+fn server_waits_get_a_bounded_seeded_extra() {
+    let p = Backoff::builder().unlimited_attempts().build().unwrap();
+    assert_eq!(p.server_jitter(), ServerJitter::DEFAULT);
+    let one = Duration::from_secs(1);
+    // 100 clients told `Retry-After: 1` at the same instant.
+    let waits: Vec<Duration> = (0..100)
+        .map(|seed| {
+            let mut rng = StdRng::seed_from_u64(seed);
+            p.next_delay(
+                &mut BackoffState::new(),
+                &mut rng,
+                Duration::ZERO,
+                Some(one),
+            )
+            .unwrap()
+        })
+        .collect();
+    assert!(waits.iter().all(|&w| (one..=one + 500 * MS).contains(&w)));
+    let mut distinct = waits.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(distinct.len(), 100, "every client its own instant");
+    // Spread over the whole range, not bunched: both halves of it are used.
+    assert!(waits.iter().any(|&w| w < one + 250 * MS));
+    assert!(waits.iter().any(|&w| w > one + 250 * MS));
+    // The same seed, the same wait.
+    let again = |seed| {
+        p.next_delay(
+            &mut BackoffState::new(),
+            &mut StdRng::seed_from_u64(seed),
+            Duration::ZERO,
+            Some(one),
+        )
+    };
+    assert_eq!(again(7), Ok(waits[7]));
+    // Long waits: at most 1 s extra.
+    let sixty = Duration::from_secs(60);
+    let long = Backoff::builder()
+        .cap(Duration::from_secs(120))
+        .build()
+        .unwrap();
+    for seed in 0..20 {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let w = long
+            .next_delay(
+                &mut BackoffState::new(),
+                &mut rng,
+                Duration::ZERO,
+                Some(sixty),
+            )
+            .unwrap();
+        assert!((sixty..=sixty + one).contains(&w), "{w:?}");
+    }
+}
+
+#[test]
+fn server_extra_stays_within_cap_and_max_elapsed() {
+    let p = Backoff::builder()
+        .cap(Duration::from_secs(10))
+        .max_elapsed(Duration::from_secs(30))
+        .unlimited_attempts()
+        .server_jitter(ServerJitter {
+            percent: 100,
+            max_extra: Duration::from_secs(5),
+        })
+        .build()
+        .unwrap();
+    let wait = |elapsed_s, wait_s, seed| {
+        p.next_delay(
+            &mut BackoffState::new(),
+            &mut StdRng::seed_from_u64(seed),
+            Duration::from_secs(elapsed_s),
+            Some(Duration::from_secs(wait_s)),
+        )
+    };
+    for seed in 0..50 {
+        // A 9 s wait may grow only to the 10 s cap.
+        let w = wait(0, 9, seed).unwrap();
+        assert!((Duration::from_secs(9)..=Duration::from_secs(10)).contains(&w));
+        // The cap itself: no room, exactly the wait.
+        assert_eq!(wait(0, 10, seed), Ok(Duration::from_secs(10)));
+        // 26 s in, a 3 s wait fits but its extra only up to 30 s.
+        let w = wait(26, 3, seed).unwrap();
+        assert!((Duration::from_secs(3)..=Duration::from_secs(4)).contains(&w));
+        // A wait that alone passes max elapsed still gives up.
+        assert_eq!(wait(28, 3, seed), Err(GiveUp::MaxElapsed));
+    }
+    assert_eq!(
+        ServerJitter::NONE.max_extra_for(Duration::MAX),
+        Duration::ZERO
+    );
+    let huge = ServerJitter {
+        percent: u32::MAX,
+        max_extra: Duration::MAX,
+    };
+    assert_eq!(
+        huge.max_extra_for(Duration::MAX),
+        Duration::from_nanos(u64::MAX)
+    );
+}
+
+proptest! {
+    #[test]
+    fn server_waits_are_never_shortened_or_over_the_cap(
+        cap_ms in 1u64..=100_000,
+        wait_frac in 0.0f64..=1.0,
+        percent in 0u32..=400,
+        max_extra_ms in 0u64..=10_000,
+        seed in any::<u64>(),
+    ) {
+        let cap = Duration::from_millis(cap_ms);
+        let p = Backoff::builder()
+            .base(MS)
+            .cap(cap)
+            .unlimited_attempts()
+            .server_jitter(ServerJitter { percent, max_extra: Duration::from_millis(max_extra_ms) })
+            .build()
+            .unwrap();
+        let wait = cap.mul_f64(wait_frac);
+        let extra = p.server_jitter().max_extra_for(wait);
+        let mut rng = StdRng::seed_from_u64(seed);
+        let d = p.next_delay(&mut BackoffState::new(), &mut rng, Duration::ZERO, Some(wait)).unwrap();
+        prop_assert!(d >= wait);
+        prop_assert!(d <= cap);
+        prop_assert!(d <= wait + extra);
     }
 }
 

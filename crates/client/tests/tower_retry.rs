@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::{Method, Request, Response, StatusCode};
 use tokio::time::Instant;
-use tollgate_client::{Backoff, Jitter, RetryLayer, RetryPolicy};
+use tollgate_client::{Backoff, Jitter, RetryLayer, RetryPolicy, ServerJitter};
 use tower::{Layer, ServiceExt, service_fn};
 
 /// What the mock returns for one call: a status and headers, or a transport error.
@@ -99,8 +99,11 @@ fn backoff(jitter: Jitter, attempts: u32) -> Backoff {
         .unwrap()
 }
 
+/// Full jitter, 5 attempts, and server waits obeyed exactly ([`ServerJitter::NONE`]), so the
+/// tests below can assert the waits to the nanosecond; the default extra is tested in
+/// `same_retry_after_spreads_clients_without_retrying_early`.
 fn policy() -> RetryPolicy {
-    RetryPolicy::new(backoff(Jitter::Full, 5)).seed(1)
+    RetryPolicy::new(backoff(Jitter::Full, 5).with_server_jitter(ServerJitter::NONE)).seed(1)
 }
 
 const S: fn(u64) -> Duration = Duration::from_secs;
@@ -162,6 +165,7 @@ async fn gives_up_when_the_next_retry_would_pass_max_elapsed() {
     let b = Backoff::builder()
         .unlimited_attempts()
         .max_elapsed(S(7))
+        .server_jitter(ServerJitter::NONE)
         .build()
         .unwrap();
     let (status, took) = mock.send(RetryPolicy::new(b), request(Method::GET)).await;
@@ -287,4 +291,34 @@ async fn one_service_gives_each_request_a_fresh_budget() {
         assert_eq!(resp.status(), StatusCode::OK);
     }
     assert_eq!(calls.calls().len(), 4);
+}
+
+/// Issue 11, point 8: clients denied with the same `Retry-After` must not all come back at the
+/// same instant. Each wait is at least what the server asked, at most a bounded extra over it,
+/// different between clients, and reproducible from the seed.
+#[tokio::test(start_paused = true)]
+async fn same_retry_after_spreads_clients_without_retrying_early() {
+    async fn client(seed: u64) -> Duration {
+        let mock = Mock::new([Ok((429, vec![("retry-after", "2")]))]);
+        let (status, took) = mock
+            .send(
+                RetryPolicy::new(backoff(Jitter::Full, 5)).seed(seed),
+                request(Method::GET),
+            )
+            .await;
+        assert_eq!(status, Ok(200));
+        assert_eq!(mock.calls().len(), 2);
+        took
+    }
+    let waits = [client(1).await, client(2).await, client(3).await];
+    for &w in &waits {
+        assert!(w >= S(2), "retried before the server's Retry-After: {w:?}");
+        assert!(
+            w <= S(3),
+            "more than 1 s over the server's Retry-After: {w:?}"
+        );
+    }
+    assert_ne!(waits[0], waits[1], "{waits:?}");
+    assert_ne!(waits[1], waits[2], "{waits:?}");
+    assert_eq!(waits[0], client(1).await);
 }

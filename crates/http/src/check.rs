@@ -21,6 +21,17 @@ pub trait KeyedCheck<K: ?Sized>: Send + Sync + 'static {
     /// [`CheckError::CostExceedsCapacity`] when `cost` can never be admitted.
     fn check_key(&self, key: &K, cost: u64) -> Result<Decision, CheckError>;
 
+    /// What [`check_key`](Self::check_key) would decide for `cost` units now, consuming nothing.
+    ///
+    /// The layer asks it for the `RateLimit` field's `t` (see [`crate::headers`]): after a
+    /// decision that leaves `r` units, `peek_key(key, r + 1)` says how long until more than `r`
+    /// would be admitted. It must not change the key's state.
+    ///
+    /// # Errors
+    /// [`CheckError::CostExceedsCapacity`] when `cost` can never be admitted (the layer then reads
+    /// `r` as the whole quota: `t` is 0).
+    fn peek_key(&self, key: &K, cost: u64) -> Result<Decision, CheckError>;
+
     /// The quota advertised in the `RateLimit-Policy` header.
     fn quota(&self) -> &Quota;
 }
@@ -34,6 +45,11 @@ where
     #[inline]
     fn check_key(&self, key: &K, cost: u64) -> Result<Decision, CheckError> {
         KeyedLimiter::check_key(self, key, cost)
+    }
+
+    #[inline]
+    fn peek_key(&self, key: &K, cost: u64) -> Result<Decision, CheckError> {
+        KeyedLimiter::peek_key(self, key, cost)
     }
 
     fn quota(&self) -> &Quota {
@@ -52,6 +68,11 @@ where
         self.check_n(cost)
     }
 
+    #[inline]
+    fn peek_key(&self, _: &K, cost: u64) -> Result<Decision, CheckError> {
+        self.peek(cost)
+    }
+
     fn quota(&self) -> &Quota {
         Limiter::quota(self)
     }
@@ -63,6 +84,11 @@ impl<K: ?Sized, C: Clock + 'static> KeyedCheck<K> for SlidingLog<C> {
         self.check_n(cost)
     }
 
+    #[inline]
+    fn peek_key(&self, _: &K, cost: u64) -> Result<Decision, CheckError> {
+        self.peek(cost)
+    }
+
     fn quota(&self) -> &Quota {
         Limiter::quota(self)
     }
@@ -72,6 +98,11 @@ impl<K: ?Sized, L: KeyedCheck<K> + ?Sized> KeyedCheck<K> for Arc<L> {
     #[inline]
     fn check_key(&self, key: &K, cost: u64) -> Result<Decision, CheckError> {
         (**self).check_key(key, cost)
+    }
+
+    #[inline]
+    fn peek_key(&self, key: &K, cost: u64) -> Result<Decision, CheckError> {
+        (**self).peek_key(key, cost)
     }
 
     fn quota(&self) -> &Quota {

@@ -1,10 +1,26 @@
 //! The response fields: `Retry-After`, the IETF `RateLimit` / `RateLimit-Policy` structured fields,
 //! and the legacy `X-RateLimit-*` trio.
 //!
-//! Field syntax follows draft-ietf-httpapi-ratelimit-headers (-09/-10), serialised with `sfv`:
+//! Field syntax follows draft-ietf-httpapi-ratelimit-headers (-10/-11), serialised with `sfv`:
 //! * `RateLimit-Policy: "name";q=<units>;w=<seconds>` — computed once per policy.
-//! * `RateLimit: "name";r=<remaining>;t=<seconds>` — per response. Allowed: `t` is the time until the
-//!   key's quota is whole again (`reset_after`, rounded up). Denied: `t` equals `Retry-After`.
+//! * `RateLimit: "name";r=<units>;t=<seconds>` — per response, the key's service limit:
+//!   * `r`: the units the key could spend right now, after this request (0 on a denial unless some
+//!     units are left that are fewer than the cost asked).
+//!   * `t`: **the whole seconds, rounded up, until the key's quota admits more than `r` units**:
+//!     the draft's "time until additional quota is made available" (-10), which is also its
+//!     "effective window, within which the client can use no more than the available quota"
+//!     (-11). The meaning is the same on allowed and denied responses: the response that spends
+//!     the last unit says `r=0;t=20` and the denial right after it says `r=0;t=20` too. `t` is
+//!     *not* the time until the quota is whole again (a client pacing on that would wait up to
+//!     `burst` times too long). With `r = 0`, `t` is at least 1, like `Retry-After`.
+//!   * On a denial `Retry-After` is the wait until the cost asked fits: equal to `t` for
+//!     one-unit requests, and never earlier than `t` (as the draft requires) for larger ones.
+//!
+//!   `t` is found by asking the limiter, without consuming anything, when `r + 1` units would be
+//!   admitted ([`KeyedCheck::peek_key`]), so it is exact for every
+//!   algorithm (a bucket refills a unit at a time, a fixed window all at once at its end). When
+//!   `r` is the whole quota (only after a zero-cost request), nothing more can become available
+//!   and `t` is 0.
 //!
 //! Both fields are Lists; one policy makes a one-member list, which serialises exactly as its item.
 
@@ -17,6 +33,8 @@ use http::header::HeaderName;
 use sfv::{Integer, ItemSerializer, KeyRef, StringRef};
 use tollgate_core::{Decision, Quota};
 
+use crate::check::KeyedCheck;
+
 /// `RateLimit` (draft-ietf-httpapi-ratelimit-headers).
 pub static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 /// `RateLimit-Policy` (draft-ietf-httpapi-ratelimit-headers).
@@ -25,7 +43,8 @@ pub static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-pol
 pub static X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
 /// Legacy `X-RateLimit-Remaining`: units left now (the `r` parameter).
 pub static X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
-/// Legacy `X-RateLimit-Reset`: delta-seconds until reset (the `t` parameter), NOT a Unix timestamp.
+/// Legacy `X-RateLimit-Reset`: the `t` parameter (delta-seconds until more than `r` units would be
+/// admitted), NOT a Unix timestamp.
 pub static X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
 
 const Q: &KeyRef = KeyRef::constant("q");
@@ -39,8 +58,8 @@ pub struct HeaderMode {
     /// `RateLimit` and `RateLimit-Policy` (default on).
     pub ietf: bool,
     /// `X-RateLimit-Limit`, `-Remaining`, `-Reset` (default off). Limit is units per the policy's
-    /// window `w`, Remaining is units, Reset is delta-seconds until the key's quota is whole again
-    /// (on a denial: until the retry may pass, equal to `Retry-After`).
+    /// window `w`, Remaining is `r` (units), Reset is `t`: delta-seconds until more than Remaining
+    /// would be admitted (see the [module docs](self)), on allowed and denied responses alike.
     pub legacy: bool,
     /// Whether allowed responses carry them too (default on); denials always do (when enabled).
     pub on_allowed: bool,
@@ -217,15 +236,49 @@ pub(crate) fn retry_secs(retry_after: Duration) -> u64 {
     ceil_secs(retry_after).clamp(1, SF_INT_MAX)
 }
 
-/// `(remaining, t)` for a decision.
-#[inline]
-pub(crate) fn r_and_t(decision: &Decision) -> (u64, u64) {
-    match *decision {
-        Decision::Allowed {
-            remaining,
-            reset_after,
-        } => (remaining, ceil_secs(reset_after)),
-        Decision::Denied { retry_after, .. } => (0, retry_secs(retry_after)),
+/// `(r, t)` for a decision of `cost` units for `key`: the `RateLimit` field's service limit, as
+/// defined in the [module docs](self). Costs one `peek_key` on allowed responses and on denials
+/// of more than one unit (two when a denied cost left some units), none on one-unit denials.
+pub(crate) fn service_limit<K, L>(
+    limiter: &L,
+    key: &K,
+    cost: u64,
+    decision: &Decision,
+) -> (u64, u64)
+where
+    K: ?Sized,
+    L: KeyedCheck<K> + ?Sized,
+{
+    let (r, t) = match *decision {
+        Decision::Allowed { remaining, .. } => (remaining, next_unit_secs(limiter, key, remaining)),
+        // One unit asked: the wait until it fits is the wait until a unit is available.
+        Decision::Denied { retry_after, .. } if cost <= 1 => (0, retry_secs(retry_after)),
+        Decision::Denied { retry_after, .. } => match limiter.peek_key(key, 1) {
+            Ok(Decision::Allowed { remaining, .. }) => {
+                let r = remaining.saturating_add(1);
+                (r, next_unit_secs(limiter, key, r))
+            }
+            Ok(Decision::Denied { retry_after, .. }) => (0, retry_secs(retry_after)),
+            // One unit can never fit (not a quota the layer can be built with): say nothing
+            // shorter than the denial's own wait.
+            Err(_) => (0, retry_secs(retry_after)),
+        },
+    };
+    // With nothing left the wait is never 0 (a client told 0 would retry into a denial); the
+    // peek can only find a unit already back if the clock moved since the decision.
+    (r, if r == 0 { t.max(1) } else { t })
+}
+
+/// Whole seconds, rounded up, until more than `r` units would be admitted for `key`; 0 when
+/// they already would be, or when `r` is the whole quota (nothing more can become available).
+fn next_unit_secs<K, L>(limiter: &L, key: &K, r: u64) -> u64
+where
+    K: ?Sized,
+    L: KeyedCheck<K> + ?Sized,
+{
+    match r.checked_add(1).map(|more| limiter.peek_key(key, more)) {
+        Some(Ok(Decision::Denied { retry_after, .. })) => ceil_secs(retry_after),
+        Some(Ok(Decision::Allowed { .. }) | Err(_)) | None => 0,
     }
 }
 

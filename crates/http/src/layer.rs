@@ -336,8 +336,8 @@ struct Fields {
 }
 
 impl Fields {
-    fn new(mode: HeaderMode, policy: &PolicyHeaders, decision: &Decision) -> Self {
-        let (r, t) = headers::r_and_t(decision);
+    /// The fields for service limit `(r, t)` ([`headers::service_limit`]).
+    fn new(mode: HeaderMode, policy: &PolicyHeaders, (r, t): (u64, u64)) -> Self {
         Fields {
             ietf: mode
                 .ietf
@@ -375,7 +375,12 @@ fn json_response(status: StatusCode, body: Bytes) -> Response<Bytes> {
     response
 }
 
-fn denial(mode: HeaderMode, policy: &PolicyHeaders, decision: &Decision) -> Response<Bytes> {
+fn denial(
+    mode: HeaderMode,
+    policy: &PolicyHeaders,
+    decision: &Decision,
+    limit: Option<(u64, u64)>,
+) -> Response<Bytes> {
     let secs = headers::retry_secs(decision.retry_after().unwrap_or_default());
     let mut response = Response::new(headers::denial_body(secs));
     *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
@@ -388,8 +393,48 @@ fn denial(mode: HeaderMode, policy: &PolicyHeaders, decision: &Decision) -> Resp
     response
         .headers_mut()
         .insert(RETRY_AFTER, headers::number(secs));
-    Fields::new(mode, policy, decision).apply(response.headers_mut());
+    if let Some(limit) = limit {
+        Fields::new(mode, policy, limit).apply(response.headers_mut());
+    }
     response
+}
+
+/// What the layer does with a request once its policy and key are known.
+enum Outcome {
+    /// Call the inner service; add these fields to its response.
+    Forward(Option<Fields>),
+    /// Answer at once (a 429, or the cost error).
+    Ready(Response<Bytes>),
+}
+
+/// Decides `cost` units for `key` under `policy` and builds what the response needs.
+fn decide<K: ?Sized, L: KeyedCheck<K>>(
+    policy: &Policy<L>,
+    key: &K,
+    cost: u64,
+    mode: HeaderMode,
+    cost_error_status: StatusCode,
+) -> Outcome {
+    let fields = mode.ietf || mode.legacy;
+    match policy.limiter.check_key(key, cost) {
+        Ok(decision @ Decision::Allowed { .. }) => {
+            Outcome::Forward((mode.on_allowed && fields).then(|| {
+                let limit = headers::service_limit(&policy.limiter, key, cost, &decision);
+                Fields::new(mode, &policy.headers, limit)
+            }))
+        }
+        Ok(decision @ Decision::Denied { .. }) => {
+            let limit =
+                fields.then(|| headers::service_limit(&policy.limiter, key, cost, &decision));
+            Outcome::Ready(denial(mode, &policy.headers, &decision, limit))
+        }
+        // `CostExceedsCapacity` (the only error today): retrying can never pass, so no
+        // Retry-After; any future error kind fails closed the same way.
+        Err(_) => Outcome::Ready(json_response(
+            cost_error_status,
+            Bytes::from_static(COST_BODY),
+        )),
+    }
 }
 
 impl<S, E, L, Cf, ReqB, ResB> Service<Request<ReqB>> for RateLimit<S, E, L, Cf>
@@ -415,10 +460,11 @@ where
             return self.forward(request, None);
         };
         let cost = config.cost.cost(&head);
-        let checked = match config.extractor.extract(&head) {
-            Ok(key) => policy.limiter.check_key(&key, cost),
+        let (mode, status) = (config.headers, config.cost_error_status);
+        let outcome = match config.extractor.extract(&head) {
+            Ok(key) => decide(policy, &key, cost, mode, status),
             Err(_) => match &config.missing {
-                MissingKey::Fallback(key) => policy.limiter.check_key(key, cost),
+                MissingKey::Fallback(key) => decide(policy, key, cost, mode, status),
                 MissingKey::Allow => return self.forward(request, None),
                 MissingKey::Reject(status) => {
                     return ResponseFuture::ready(json_response(
@@ -428,22 +474,9 @@ where
                 }
             },
         };
-        match checked {
-            Ok(decision @ Decision::Allowed { .. }) => {
-                let mode = config.headers;
-                let fields = (mode.on_allowed && (mode.ietf || mode.legacy))
-                    .then(|| Fields::new(mode, &policy.headers, &decision));
-                self.forward(request, fields)
-            }
-            Ok(decision @ Decision::Denied { .. }) => {
-                ResponseFuture::ready(denial(config.headers, &policy.headers, &decision))
-            }
-            // `CostExceedsCapacity` (the only error today): retrying can never pass, so no
-            // Retry-After; any future error kind fails closed the same way.
-            Err(_) => ResponseFuture::ready(json_response(
-                config.cost_error_status,
-                Bytes::from_static(COST_BODY),
-            )),
+        match outcome {
+            Outcome::Forward(fields) => self.forward(request, fields),
+            Outcome::Ready(response) => ResponseFuture::ready(response),
         }
     }
 }

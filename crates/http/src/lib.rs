@@ -12,9 +12,12 @@
 //!   while denied), and `{"error":"rate limit exceeded","retry_after":N}`.
 //! * **Fields** ([`HeaderMode`]): `RateLimit-Policy: "name";q=100;w=60` and
 //!   `RateLimit: "name";r=42;t=17` (draft-ietf-httpapi-ratelimit-headers, serialised as Structured
-//!   Fields with `sfv`) on every response; on a denial `t` equals `Retry-After`. Optionally the legacy
-//!   `X-RateLimit-Limit` (units per `w`), `-Remaining` (units) and `-Reset` (delta-seconds, not a
-//!   timestamp).
+//!   Fields with `sfv`) on every response. `r` is the units the key may still spend now; `t` has one
+//!   meaning on allowed and denied responses alike: the whole seconds (rounded up) until the quota
+//!   admits more than `r` units, the draft's "time until additional quota is made available" (so
+//!   with `r=0` it is the wait until a one-unit request passes, equal to that denial's
+//!   `Retry-After`; details in [`headers`]). Optionally the legacy `X-RateLimit-Limit` (units per
+//!   `w`), `-Remaining` (`r`) and `-Reset` (`t` in delta-seconds, not a timestamp).
 //!
 //! With axum, add the layer to a `Router` and serve with
 //! `into_make_service_with_connect_info::<SocketAddr>()` (see `examples/server.rs`). With plain hyper,
@@ -22,8 +25,9 @@
 //! `SocketAddr` into the request extensions, and serve it through hyper-util's
 //! `TowerToHyperService`: the layer needs only `http::Request<B>` in and `http::Response<B>` out.
 //!
-//! The decision path reads the limiter's clock once (no clock is built per request) and allocates only
-//! the header values it sends; a 429 never reaches the inner service.
+//! The decision path builds no clock per request and allocates only the header values it sends; a
+//! 429 never reaches the inner service. Computing `t` costs one extra read-only lookup
+//! ([`KeyedCheck::peek_key`]) on responses that carry the fields (none on a one-unit denial).
 //!
 //! ```
 //! use std::net::IpAddr;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
-use tollgate_core::{Gcra, GcraLimiter, ManualClock, Quota};
+use tollgate_core::{FixedWindowLimiter, Gcra, GcraLimiter, ManualClock, Quota, SlidingLog};
 use tollgate_http::{
     GlobalKey, HeaderKey, HeaderMode, KeyExtractor, KeyedCheck, MissingKey, PeerIp, RateLimitBody,
     RateLimitLayer, RequestCost, RequestHead,
@@ -247,6 +247,8 @@ async fn cost_functions_charge_units_and_impossible_costs_are_not_429() {
     let r = call(&mut svc, with_cost("4")).await;
     assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(r.headers()["retry-after"], "1");
+    // Denied, yet 3 units are there: `r` says so, and `t` is the wait for a 4th (100 ms).
+    assert_eq!(r.headers()["ratelimit"], r#""units";r=3;t=1"#);
     let r = call(&mut svc, with_cost("3")).await;
     assert_eq!(r.headers()["ratelimit"], r#""units";r=0;t=1"#);
 }
@@ -323,4 +325,121 @@ fn custom_extractors_and_costs_are_plain_traits() {
             .unwrap()
             .is_allowed()
     );
+}
+
+/// Issue 11, point 7: `t` has one meaning on both paths, the whole seconds until the key's quota
+/// admits more than `r` units (the draft's "time until additional quota is made available"; "the
+/// time within which the client can use no more than the available quota"). The response that
+/// spends the last unit and the denial right after it describe the same wait, so a client pacing
+/// itself on the allowed response waits 20 s, not the 60 s until the bucket is full again.
+#[tokio::test]
+async fn t_is_the_same_wait_on_allowed_and_denied_responses() {
+    let clock = ManualClock::new();
+    let calls = Arc::new(AtomicUsize::new(0));
+    // 3 per minute: one unit comes back every 20 s.
+    let layer = RateLimitLayer::builder(PeerIp::new())
+        .policy("search", per_ip(Quota::per_minute(3).unwrap(), &clock))
+        .unwrap()
+        .headers(HeaderMode {
+            ietf: true,
+            legacy: true,
+            on_allowed: true,
+        })
+        .build();
+    let mut svc = layer.layer(inner(&calls));
+    let peer = "192.0.2.1:1";
+
+    let mut last_allowed = None;
+    for r in [2, 1, 0] {
+        let ok = call(&mut svc, get("/", peer)).await;
+        assert_eq!(ok.status(), StatusCode::OK);
+        // Whatever is left, the next unit comes back 20 s after the first one was spent.
+        assert_eq!(
+            ok.headers()["ratelimit"],
+            format!(r#""search";r={r};t=20"#).as_str()
+        );
+        assert_eq!(ok.headers()["x-ratelimit-reset"], "20");
+        last_allowed = Some(ok);
+    }
+    let last_allowed = last_allowed.unwrap();
+
+    let denied = call(&mut svc, get("/", peer)).await;
+    assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(denied.headers()["retry-after"], "20");
+    // The same `t` as the allowed response just before it: both describe the same wait.
+    assert_eq!(
+        denied.headers()["ratelimit"],
+        last_allowed.headers()["ratelimit"]
+    );
+
+    // The client side: pacing on the allowed response gives the denial's Retry-After.
+    let pause = tollgate_client::pause_hint(last_allowed.headers()).unwrap();
+    let retry = tollgate_client::retry_after(denied.headers(), std::time::UNIX_EPOCH).unwrap();
+    assert_eq!(pause, Duration::from_secs(20));
+    assert_eq!(pause, retry);
+    // And that wait is exact: 1 ns short is still denied, the full pause passes.
+    clock.advance(pause - Duration::from_nanos(1));
+    assert_eq!(
+        call(&mut svc, get("/", peer)).await.status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    clock.advance(Duration::from_nanos(1));
+    let ok = call(&mut svc, get("/", peer)).await;
+    assert_eq!(ok.status(), StatusCode::OK);
+    assert_eq!(ok.headers()["ratelimit"], r#""search";r=0;t=20"#);
+
+    // Part-way through a wait, both paths count down together.
+    clock.advance(Duration::from_secs(5));
+    let denied = call(&mut svc, get("/", peer)).await;
+    assert_eq!(denied.headers()["retry-after"], "15");
+    assert_eq!(denied.headers()["ratelimit"], r#""search";r=0;t=15"#);
+}
+
+/// `t` is asked of the limiter, so it follows each algorithm: a fixed window gives every unit back
+/// at its end, a sliding log one by one as the logged requests age out.
+#[tokio::test]
+async fn t_follows_the_algorithm() {
+    let clock = ManualClock::new();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let quota = Quota::per_minute(3).unwrap();
+    let fixed = RateLimitLayer::builder(GlobalKey)
+        .policy(
+            "fixed",
+            FixedWindowLimiter::with_clock(quota, clock.clone()).unwrap(),
+        )
+        .unwrap()
+        .build();
+    let log = RateLimitLayer::builder(GlobalKey)
+        .policy("log", SlidingLog::with_clock(quota, clock.clone()).unwrap())
+        .unwrap()
+        .build();
+    let mut fixed = fixed.layer(inner(&calls));
+    let mut log = log.layer(inner(&calls));
+    let expect = [
+        // (advance s, fixed, log)
+        (0, r#""fixed";r=2;t=60"#, r#""log";r=2;t=60"#),
+        (10, r#""fixed";r=1;t=50"#, r#""log";r=1;t=50"#),
+        (10, r#""fixed";r=0;t=40"#, r#""log";r=0;t=40"#),
+    ];
+    for (advance, f, l) in expect {
+        clock.advance(Duration::from_secs(advance));
+        assert_eq!(
+            call(&mut fixed, get("/", "192.0.2.1:1")).await.headers()["ratelimit"],
+            f
+        );
+        assert_eq!(
+            call(&mut log, get("/", "192.0.2.1:1")).await.headers()["ratelimit"],
+            l
+        );
+    }
+    // At 60 s the window restarts whole; the log has given back only its first request.
+    clock.advance(Duration::from_secs(40));
+    let f = call(&mut fixed, get("/", "192.0.2.1:1")).await;
+    assert_eq!(f.headers()["ratelimit"], r#""fixed";r=2;t=60"#);
+    let l = call(&mut log, get("/", "192.0.2.1:1")).await;
+    assert_eq!(l.headers()["ratelimit"], r#""log";r=0;t=10"#);
+    let l = call(&mut log, get("/", "192.0.2.1:1")).await;
+    assert_eq!(l.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(l.headers()["retry-after"], "10");
+    assert_eq!(l.headers()["ratelimit"], r#""log";r=0;t=10"#);
 }
