@@ -490,6 +490,78 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         }
     }
 
+    /// Gives back an admission of `cost` units that [`check_key_at`](Self::check_key_at) granted `key`
+    /// at `now` (see [`Algorithm::refund`]): in the key's own slot, through the same pair CAS as a
+    /// decision, or — when the key has no slot and its window has no room, so the admission was
+    /// decided by the stripe's overflow state — in that overflow state. Returns whether a state
+    /// changed.
+    ///
+    /// Exact at the admission's `now` as long as the key's slot did not change hands between the
+    /// admission and the refund. Races with inserts and evictions in the key's window are resolved
+    /// towards strictness (nothing is given back), with one exception: a key admitted in its own slot,
+    /// then evicted by a caller that found it fresh at a later time, while the window filled up —
+    /// its refund then lands on the overflow state, at most `cost` units looser there.
+    ///
+    /// ```
+    /// use tollgate_core::{Gcra, ManualClock, Quota};
+    /// use tollgate_sharded::KeyedLimiter;
+    /// let limiter = KeyedLimiter::<str, Gcra, _>::with_clock(Quota::per_second(1)?, 100, ManualClock::new())?;
+    /// let now = limiter.now();
+    /// assert!(limiter.check_key_at("alice", now, 1)?.is_allowed());
+    /// assert!(limiter.refund_key_at("alice", now, 1));
+    /// assert!(limiter.check_key_at("alice", now, 1)?.is_allowed());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn refund_key_at<Q>(&self, key: &Q, now: Nanos, cost: u64) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + ?Sized,
+    {
+        let place = self.place(self.hasher.hash_one(key));
+        loop {
+            match self.scan(place, None, Some(now)) {
+                Scan::Found(index, found) => {
+                    if let Some(written) = self.refund_slot(index, found, now, cost) {
+                        return written;
+                    }
+                    // Re-tagged under us: look again.
+                }
+                Scan::Missing { room: true } => return false,
+                Scan::Missing { room: false } => {
+                    return self.stripes[place.stripe]
+                        .overflow
+                        .refund(&self.algorithm, now, cost);
+                }
+            }
+        }
+    }
+
+    /// The refund CAS loop on one slot, as [`apply`](Self::apply): `None` when the slot no longer
+    /// holds the key.
+    fn refund_slot(
+        &self,
+        index: usize,
+        mut current: SlotWord,
+        now: Nanos,
+        cost: u64,
+    ) -> Option<bool> {
+        let hash_part = current.hash_part();
+        loop {
+            let Some(next) = self
+                .algorithm_for(current.tier())
+                .refund(current.state, now, cost)
+                .filter(|&next| next != current.state)
+            else {
+                return Some(false);
+            };
+            match self.exchange(index, current, current.with_state(next)) {
+                Ok(_) => return Some(true),
+                Err(actual) if actual.hash_part() == hash_part => current = actual,
+                Err(_) => return None,
+            }
+        }
+    }
+
     /// Gives `key` its own `quota` instead of the default (e.g. a premium API key), keeping its
     /// current state word. The key's slot is pinned: never evicted while it has an override.
     ///
