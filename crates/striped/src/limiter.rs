@@ -270,6 +270,18 @@ impl<C: Clock> StripedLimiter<C> {
         })
     }
 
+    /// This (fresh) limiter with its shared GCRA word set to `tat`: how a reconfigured limiter takes
+    /// over a predecessor's position on the timeline (read with
+    /// [`shared_tat`](Self::shared_tat)), so that a quota change hands nobody a fresh burst. Units the
+    /// predecessor's stripes still hold are not carried (stricter); admissions the predecessor makes
+    /// after the read are not seen (looser by at most what its in-flight callers take).
+    pub fn with_shared_tat(self, tat: Nanos) -> Self {
+        StripedLimiter {
+            shared: CachePadded::new(AtomicState::new(tat)),
+            ..self
+        }
+    }
+
     /// The number of stripes (a power of two).
     pub fn stripes(&self) -> usize {
         self.stripes.len()
