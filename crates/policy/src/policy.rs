@@ -68,7 +68,7 @@ pub struct RuleOutcome {
 #[non_exhaustive]
 pub enum PolicyError {
     /// An enforcing rule can never admit this cost at once; retrying cannot help. (A shadow rule in
-    /// this position is skipped.)
+    /// this position counts as shadow-denied and is otherwise skipped.)
     CostExceedsCapacity {
         /// The rule.
         rule: &'static str,
@@ -400,6 +400,22 @@ impl<C: Clock + Clone + 'static> Policy<C> {
         self.decide(&set, descriptors, self.clock.now(), cost, Some(outcomes))
     }
 
+    /// [`check_detailed`](Self::check_detailed) at an explicit time.
+    ///
+    /// # Errors
+    /// As [`check`](Self::check).
+    pub fn check_detailed_at(
+        &self,
+        descriptors: &Descriptors<'_>,
+        now: Nanos,
+        cost: u64,
+        outcomes: &mut Vec<RuleOutcome>,
+    ) -> Result<PolicyDecision, PolicyError> {
+        outcomes.clear();
+        let set = self.current.load();
+        self.decide(&set, descriptors, now, cost, Some(outcomes))
+    }
+
     /// Turns every rule into a shadow rule (evaluated and counted, never denying) while `on`, on top
     /// of the config's own `dry_run`.
     pub fn set_dry_run(&self, on: bool) {
@@ -513,6 +529,11 @@ impl<C: Clock + Clone + 'static> Policy<C> {
                 Ok(found) => found,
                 Err(error) => {
                     if !enforced {
+                        // A shadow rule that could never admit this cost would have refused it.
+                        if set.metrics {
+                            rule.counters.count(Outcome::ShadowDenied);
+                        }
+                        shadow_denied = true;
                         continue;
                     }
                     set.refund(&values, &admitted, now, cost);
