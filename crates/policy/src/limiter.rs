@@ -178,9 +178,16 @@ pub(crate) fn build<C: Clock + Clone + 'static>(
         capacity: usize,
         clock: &C,
     ) -> Result<Box<dyn RuleLimiter>, ConfigErrorKind> {
-        let limiter =
-            KeyedLimiter::<[u8], Reloadable<A>, C>::with_clock(spec.quota, capacity, clock.clone())
-                .map_err(ConfigErrorKind::Keyed)?;
+        let builder = KeyedLimiter::<[u8], Reloadable<A>, C>::builder_with_clock(
+            spec.quota,
+            capacity,
+            clock.clone(),
+        );
+        // Loom replays a model many times and needs every run to touch the same slots; everywhere
+        // else each table gets its own random seed.
+        #[cfg(tollgate_loom)]
+        let builder = builder.hasher_seed(0).stripes(1);
+        let limiter = builder.build().map_err(ConfigErrorKind::Keyed)?;
         Ok(Box::new(Keyed { limiter }))
     }
     fn global<A: Algorithm, C: Clock + Clone + 'static>(

@@ -61,15 +61,20 @@ struct RuleSpec {
 }
 
 fn rule_spec() -> impl Strategy<Value = RuleSpec> {
-    (0usize..4, 1u64..=5, 1u64..=3, 1u64..=6, prop::bool::weighted(0.25)).prop_map(
-        |(a, limit, secs, burst, shadow)| RuleSpec {
+    (
+        0usize..4,
+        1u64..=5,
+        1u64..=3,
+        1u64..=6,
+        prop::bool::weighted(0.25),
+    )
+        .prop_map(|(a, limit, secs, burst, shadow)| RuleSpec {
             algorithm: ALGORITHMS[a],
             limit,
             period_ms: secs * 1000,
             burst,
             shadow,
-        },
-    )
+        })
 }
 
 /// Three rules: keyed by user, keyed by route, global (atomic or striped).
@@ -90,7 +95,11 @@ fn config(specs: &[RuleSpec; 3], striped: bool) -> PolicyConfig {
         period: Duration::from_millis(s.period_ms),
         burst: Some(s.burst),
         capacity: key.map(|_| 64),
-        mode: if s.shadow { Mode::Shadow } else { Mode::Enforce },
+        mode: if s.shadow {
+            Mode::Shadow
+        } else {
+            Mode::Enforce
+        },
         storage,
         stripes: (storage == Storage::Striped).then_some(1),
         delay: None,
@@ -105,7 +114,11 @@ fn config(specs: &[RuleSpec; 3], striped: bool) -> PolicyConfig {
                 "global",
                 None,
                 &specs[2],
-                if striped { Storage::Striped } else { Storage::Atomic },
+                if striped {
+                    Storage::Striped
+                } else {
+                    Storage::Atomic
+                },
             ),
         ],
         overrides: Vec::new(),
