@@ -82,6 +82,25 @@ impl<A: Algorithm, C: Clock> AtomicLimiter<A, C> {
         &self.clock
     }
 
+    /// Gives back an admission of `cost` units that [`check_at`](Limiter::check_at) granted at `now`,
+    /// in the one CAS loop every decision uses. Exact when applied at the admission's `now` (see
+    /// [`Algorithm::refund`] for each algorithm's statement); never looser. Returns whether the state
+    /// changed.
+    ///
+    /// ```
+    /// use tollgate_core::{GcraLimiter, Limiter, ManualClock, Quota};
+    /// let limiter = GcraLimiter::with_clock(Quota::per_second(1)?, ManualClock::new())?;
+    /// let now = limiter.now();
+    /// assert!(limiter.check_at(now, 1)?.is_allowed());
+    /// assert!(limiter.refund_at(now, 1)); // as if it had not come
+    /// assert!(limiter.check_at(now, 1)?.is_allowed());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn refund_at(&self, now: Nanos, cost: u64) -> bool {
+        self.state.refund(&self.algorithm, now, cost)
+    }
+
     /// The raw state word (for diagnostics and tests).
     pub fn state_word(&self) -> u64 {
         self.state.load()

@@ -77,6 +77,24 @@ impl AtomicState {
         })
     }
 
+    /// Gives back an admission of `cost` units decided at `now` (see [`Algorithm::refund`]), through
+    /// the same CAS loop as [`apply`](Self::apply): a concurrent admission in between is re-read, not
+    /// overwritten. Returns whether a word was written.
+    #[inline]
+    pub fn refund<A: Algorithm>(&self, algorithm: &A, now: Nanos, cost: u64) -> bool {
+        let result: Result<(bool, u64), std::convert::Infallible> =
+            self.update(self.load(), |word| {
+                let next = algorithm
+                    .refund(word, now, cost)
+                    .filter(|&next| next != word);
+                Ok((next.is_some(), next))
+            });
+        match result {
+            Ok((written, _)) => written,
+            Err(never) => match never {},
+        }
+    }
+
     /// What [`apply`](Self::apply) would decide, without writing.
     ///
     /// # Errors

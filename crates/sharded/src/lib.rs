@@ -58,6 +58,7 @@ mod insert;
 mod ledger;
 mod limiter;
 mod overrides;
+mod refund;
 mod slot;
 mod sync;
 mod table;

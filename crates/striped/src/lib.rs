@@ -79,4 +79,6 @@ mod limiter;
 mod sync;
 
 pub use lease::LeaseWord;
-pub use limiter::{LeaseSize, MAX_STRIPES, StripedConfig, StripedError, StripedLimiter};
+pub use limiter::{
+    LeaseReceipt, LeaseSize, MAX_STRIPES, StripedConfig, StripedError, StripedLimiter,
+};

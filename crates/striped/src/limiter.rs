@@ -20,6 +20,26 @@ pub const MAX_STRIPES: usize = 1 << 12;
 /// adaptive lease doubles.
 const REFILL_TARGET_NANOS: Nanos = 20_000;
 
+/// Where an admission's units came from, so that [`StripedLimiter::refund`] can give them back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum LeaseReceipt {
+    /// Nothing was taken (a denial, or a cost of 0).
+    #[default]
+    Nothing,
+    /// From stripe `stripe`'s lease of generation `generation`.
+    Lease {
+        /// The stripe index.
+        stripe: usize,
+        /// The lease's generation (see [`LeaseWord`]).
+        generation: u64,
+    },
+    /// From the shared state directly, as the segment ending at `end`.
+    Shared {
+        /// The end of the granted segment on the shared timeline.
+        end: Nanos,
+    },
+}
+
 /// How big each stripe's lease is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LeaseSize {
@@ -250,6 +270,18 @@ impl<C: Clock> StripedLimiter<C> {
         })
     }
 
+    /// This (fresh) limiter with its shared GCRA word set to `tat`: how a reconfigured limiter takes
+    /// over a predecessor's position on the timeline (read with
+    /// [`shared_tat`](Self::shared_tat)), so that a quota change hands nobody a fresh burst. Units the
+    /// predecessor's stripes still hold are not carried (stricter); admissions the predecessor makes
+    /// after the read are not seen (looser by at most what its in-flight callers take).
+    pub fn with_shared_tat(self, tat: Nanos) -> Self {
+        StripedLimiter {
+            shared: CachePadded::new(AtomicState::new(tat)),
+            ..self
+        }
+    }
+
     /// The number of stripes (a power of two).
     pub fn stripes(&self) -> usize {
         self.stripes.len()
@@ -285,11 +317,44 @@ impl<C: Clock> StripedLimiter<C> {
         now: Nanos,
         cost: u64,
     ) -> Result<Decision, CheckError> {
+        self.check_on_stripe_with_receipt(stripe, now, cost)
+            .map(|(decision, _)| decision)
+    }
+
+    /// [`check_at`](Limiter::check_at) on the calling thread's stripe, with the [`LeaseReceipt`] that
+    /// [`refund`](Self::refund) needs to give the admission back.
+    ///
+    /// # Errors
+    /// [`CheckError::CostExceedsCapacity`] when `cost` is above the burst.
+    #[inline]
+    pub fn check_at_with_receipt(
+        &self,
+        now: Nanos,
+        cost: u64,
+    ) -> Result<(Decision, LeaseReceipt), CheckError> {
+        self.check_on_stripe_with_receipt(self.current_stripe(), now, cost)
+    }
+
+    /// [`check_on_stripe`](Self::check_on_stripe) with the receipt of where the units came from.
+    ///
+    /// # Errors
+    /// As [`check_on_stripe`](Self::check_on_stripe).
+    #[doc(hidden)]
+    #[inline]
+    pub fn check_on_stripe_with_receipt(
+        &self,
+        stripe: usize,
+        now: Nanos,
+        cost: u64,
+    ) -> Result<(Decision, LeaseReceipt), CheckError> {
         self.gcra.check_cost(cost)?;
         if cost == 0 {
-            return self.peek_on_stripe(stripe, now, 0);
+            return self
+                .peek_on_stripe(stripe, now, 0)
+                .map(|decision| (decision, LeaseReceipt::Nothing));
         }
-        let stripe = &self.stripes[stripe & self.mask];
+        let index = stripe & self.mask;
+        let stripe = &self.stripes[index];
         if cost > self.max_lease {
             return Ok(self.direct(now, cost));
         }
@@ -329,11 +394,13 @@ impl<C: Clock> StripedLimiter<C> {
                             if dead > 0 {
                                 stripe.wasted.fetch_add(dead, Ordering::Relaxed);
                             }
-                            return Ok(Self::allowed(
-                                alive - cost,
-                                free_seen,
-                                tat_seen.max(end),
-                                now,
+                            let receipt = LeaseReceipt::Lease {
+                                stripe: index,
+                                generation: word.generation(),
+                            };
+                            return Ok((
+                                Self::allowed(alive - cost, free_seen, tat_seen.max(end), now),
+                                receipt,
                             ));
                         }
                         Err(actual) => word = LeaseWord::from_bits(actual),
@@ -349,7 +416,9 @@ impl<C: Clock> StripedLimiter<C> {
                         Ordering::Acquire,
                         Ordering::Acquire,
                     ) {
-                        Ok(_) => return Ok(self.refill(stripe, word, end, alive, now, cost)),
+                        Ok(_) => {
+                            return Ok(self.refill(index, stripe, word, end, alive, now, cost));
+                        }
                         Err(actual) => word = LeaseWord::from_bits(actual),
                     }
                 }
@@ -389,15 +458,17 @@ impl<C: Clock> StripedLimiter<C> {
     /// Replaces the lease of `stripe`, which the caller has locked (its word was `word`, with lease
     /// end `end` and `alive` usable units), and decides `cost` from the new lease.
     #[cold]
+    #[allow(clippy::too_many_arguments)]
     fn refill(
         &self,
+        index: usize,
         stripe: &Stripe,
         word: LeaseWord,
         end: Nanos,
         alive: Option<u64>,
         now: Nanos,
         cost: u64,
-    ) -> Decision {
+    ) -> (Decision, LeaseReceipt) {
         // Relaxed loads of the bookkeeping: we hold the lock, and our locking CAS acquired the last
         // holder's writes.
         let alive = alive.unwrap_or(0);
@@ -439,10 +510,13 @@ impl<C: Clock> StripedLimiter<C> {
                 // also find our lock (see `check_on_stripe`).
                 stripe.end.store(new_end, Ordering::Release);
                 // Release: publishes `end` and the bookkeeping to whoever Acquire-loads this word.
-                stripe
-                    .word
-                    .store(word.next(units - cost).bits(), Ordering::Release);
-                Self::allowed(units - cost, free, new_end, now)
+                let published = word.next(units - cost);
+                stripe.word.store(published.bits(), Ordering::Release);
+                let receipt = LeaseReceipt::Lease {
+                    stripe: index,
+                    generation: published.generation(),
+                };
+                (Self::allowed(units - cost, free, new_end, now), receipt)
             }
             Grant::Denied { tat } => {
                 // RMW: as above.
@@ -452,7 +526,7 @@ impl<C: Clock> StripedLimiter<C> {
                 stripe
                     .word
                     .store(word.next(alive).bits(), Ordering::Release);
-                self.denied(tat, now, cost)
+                (self.denied(tat, now, cost), LeaseReceipt::Nothing)
             }
         }
     }
@@ -478,14 +552,87 @@ impl<C: Clock> StripedLimiter<C> {
 
     /// Decides `cost` on the shared state alone (no lease): for costs above the lease size and for
     /// stripes whose lease is being replaced.
-    fn direct(&self, now: Nanos, cost: u64) -> Decision {
+    fn direct(&self, now: Nanos, cost: u64) -> (Decision, LeaseReceipt) {
         let outcome = self.take(now, cost, cost, None);
         match outcome {
             Grant::Granted { base, units, .. } => {
                 let tat = base + units * self.interval.nanos();
-                Self::allowed(0, available(tat, now, self.interval, self.depth), tat, now)
+                (
+                    Self::allowed(0, available(tat, now, self.interval, self.depth), tat, now),
+                    LeaseReceipt::Shared { end: tat },
+                )
             }
-            Grant::Denied { tat } => self.denied(tat, now, cost),
+            Grant::Denied { tat } => (self.denied(tat, now, cost), LeaseReceipt::Nothing),
+        }
+    }
+
+    /// Gives back `cost` units admitted with `receipt` (from
+    /// [`check_at_with_receipt`](Self::check_at_with_receipt)). Returns whether anything was given
+    /// back.
+    ///
+    /// * Units taken from a stripe's lease go back into that lease if it is still the same lease (its
+    ///   generation unchanged, not being replaced): exact, as if the request had not come, because a
+    ///   lease's units are interchangeable top positions of one segment.
+    /// * Units taken from the shared state directly go back when nothing was granted above them
+    ///   since (the shared TAT is still their end): exact.
+    /// * Otherwise (the lease was replaced in between, or a later grant sits above the units) nothing
+    ///   is given back: the units are lost to this quota, exactly like a lease's expired units —
+    ///   stricter by at most `cost`, never looser.
+    ///
+    /// ```
+    /// use tollgate_core::{Limiter, ManualClock, Quota};
+    /// use tollgate_striped::{StripedConfig, StripedLimiter};
+    /// let limiter = StripedLimiter::with_config(
+    ///     Quota::per_second(1)?.with_burst(4)?,
+    ///     StripedConfig::default().stripes(1),
+    ///     ManualClock::new(),
+    /// )?;
+    /// let (decision, receipt) = limiter.check_at_with_receipt(0, 4)?;
+    /// assert!(decision.is_allowed());
+    /// assert!(limiter.refund(receipt, 4));
+    /// assert!(limiter.check_at(0, 4)?.is_allowed());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn refund(&self, receipt: LeaseReceipt, cost: u64) -> bool {
+        match receipt {
+            LeaseReceipt::Nothing => false,
+            LeaseReceipt::Lease { stripe, generation } => {
+                let Some(stripe) = self.stripes.get(stripe) else {
+                    return false;
+                };
+                // Relaxed: giving units back publishes nothing (the lease's `end` and bookkeeping
+                // are unchanged within a generation); the CAS itself orders us against the fast
+                // path's and the lock holder's writes of this word.
+                let mut word = LeaseWord::from_bits(stripe.word.load(Ordering::Relaxed));
+                loop {
+                    let units = word.units().saturating_add(cost);
+                    if word.is_locked()
+                        || word.generation() != generation
+                        || units > LeaseWord::UNITS_MASK
+                    {
+                        return false;
+                    }
+                    match stripe.word.compare_exchange_weak(
+                        word.bits(),
+                        word.with_units(units).bits(),
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    ) {
+                        Ok(_) => return true,
+                        Err(actual) => word = LeaseWord::from_bits(actual),
+                    }
+                }
+            }
+            LeaseReceipt::Shared { end } => {
+                let back = cost.saturating_mul(self.interval.nanos());
+                self.shared
+                    .update(self.shared.load(), |tat| {
+                        let next = (tat == end && cost > 0).then(|| tat.saturating_sub(back));
+                        Ok::<_, std::convert::Infallible>((next.is_some(), next))
+                    })
+                    .map(|(written, _)| written)
+                    .unwrap_or_else(|never| match never {})
+            }
         }
     }
 

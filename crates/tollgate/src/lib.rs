@@ -17,3 +17,6 @@ pub use tollgate_http as http;
 
 #[cfg(feature = "client")]
 pub use tollgate_client as client;
+
+#[cfg(feature = "policy")]
+pub use tollgate_policy::{self as policy, Policy, PolicyConfig, PolicyDecision};

@@ -149,4 +149,20 @@ impl Algorithm for FixedWindow {
         let state = self.layout.unpack(word);
         state.count == 0 || now / self.params.window > state.index
     }
+
+    /// Takes `cost` off the count when the stored window is `now`'s window (where the admission
+    /// counted it). A later stored window means the count it was in has already reset: nothing to
+    /// undo, which is exact. An earlier or clock-gone-backwards window is ambiguous, so nothing is
+    /// given back there (stricter).
+    #[inline]
+    fn refund(&self, word: u64, now: Nanos, cost: u64) -> Option<u64> {
+        let state = self.layout.unpack(word);
+        if cost == 0 || state.count == 0 || state.index != now / self.params.window {
+            return None;
+        }
+        Some(self.layout.pack(FixedState {
+            index: state.index,
+            count: state.count.saturating_sub(cost),
+        }))
+    }
 }

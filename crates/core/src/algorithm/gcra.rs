@@ -70,6 +70,14 @@ impl TatParams {
         })
     }
 
+    /// `tat − cost × T` (see [`Gcra::refund`](crate::Algorithm::refund)); `None` when there is
+    /// nothing to give back. `cost × interval` cannot overflow for a cost that was admitted.
+    #[inline]
+    pub fn refund(&self, tat: Nanos, cost: u64) -> Option<Nanos> {
+        let back = cost.checked_mul(self.interval)?;
+        (cost > 0 && tat > 0).then(|| tat.saturating_sub(back))
+    }
+
     /// The decision for a step at `now`: allowed with the tokens left, or denied until `allow_at`.
     #[inline]
     pub fn transition(&self, tat: Nanos, now: Nanos, cost: u64) -> Transition {
@@ -162,5 +170,19 @@ impl Algorithm for Gcra {
     #[inline]
     fn is_fresh(&self, tat: u64, now: Nanos) -> bool {
         tat <= now
+    }
+
+    /// `TAT − cost × T`. At the admission's `now` this is exact: the admission moved the TAT from
+    /// `max(TAT₀, now)` to `max(TAT₀, now) + cost × T`, and any TAT at or before `now` means a full
+    /// bucket, so `max(TAT₀, now)` decides every later request as `TAT₀` does. Admissions at the same
+    /// `now` in between only add their own `cost × T`, so it stays exact.
+    ///
+    /// The one inexact case needs a *later* `now`: if another admission at `u > now + cost × T` lands
+    /// between the admission and its refund, it found this request's positions already expired and
+    /// started from `u`, so taking `cost × T` off its TAT frees up to `cost` units too many (those
+    /// units had expired anyway; the state is never looser than fresh-at-`u` plus `cost`).
+    #[inline]
+    fn refund(&self, tat: u64, _now: Nanos, cost: u64) -> Option<u64> {
+        self.params.refund(tat, cost)
     }
 }

@@ -59,4 +59,10 @@ impl Algorithm for LeakyBucket {
     fn is_fresh(&self, empty_at: u64, now: Nanos) -> bool {
         self.0.is_fresh(empty_at, now)
     }
+
+    /// Pours the water back out: GCRA's refund on `empty_at`.
+    #[inline]
+    fn refund(&self, empty_at: u64, now: Nanos, cost: u64) -> Option<u64> {
+        self.0.refund(empty_at, now, cost)
+    }
 }

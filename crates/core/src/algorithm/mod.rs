@@ -81,6 +81,23 @@ pub trait Algorithm: Clone + Send + Sync + 'static {
     /// so a keyed table may drop it (eviction is then invisible to the key's next caller).
     fn is_fresh(&self, state: u64, now: Nanos) -> bool;
 
+    /// Undoes an admission of `cost` units that [`decide`](Self::decide) granted at `now`: the state
+    /// word to store instead of `state`, or `None` to store nothing.
+    ///
+    /// Contract, checked by the property tests: applied at the admission's own `now`, to the word the
+    /// admission wrote or to any word later admissions at the same `now` made of it, the result
+    /// decides every later request exactly as if the refunded request had never come — or, where
+    /// the algorithm cannot tell (documented per algorithm), more strictly. It never makes a state
+    /// looser than that. The default refunds nothing, which is always safe (stricter).
+    ///
+    /// A refund is what a multi-limit decision (`tollgate-policy`) uses to give back what one limit
+    /// admitted when another denied the same request.
+    #[inline]
+    fn refund(&self, state: u64, now: Nanos, cost: u64) -> Option<u64> {
+        let _ = (state, now, cost);
+        None
+    }
+
     /// The error for a cost above capacity, if `cost` is one.
     #[inline]
     fn check_cost(&self, cost: u64) -> Result<(), CheckError> {

@@ -249,4 +249,31 @@ impl Algorithm for SlidingWindow {
             Some(_) => true,
         }
     }
+
+    /// Takes `cost` off the count the admission added to: the current count while the stored window
+    /// is still `now`'s, the previous count once a later admission moved the state one window on
+    /// (exact either way), nothing once it moved two or more (the count has aged out: exact). When
+    /// the clock had gone backwards the admission counted into a later stored window; taking the
+    /// units off the previous count there (or nothing) is stricter, never looser, since the previous
+    /// count weighs at most as much as the current one.
+    #[inline]
+    fn refund(&self, word: u64, now: Nanos, cost: u64) -> Option<u64> {
+        let state = self.layout.unpack(word);
+        if cost == 0 {
+            return None;
+        }
+        let now_index = now / self.params.window;
+        let next = match state.index.checked_sub(now_index) {
+            Some(0) if state.current > 0 => SlidingState {
+                current: state.current.saturating_sub(cost),
+                ..state
+            },
+            Some(1) if state.previous > 0 => SlidingState {
+                previous: state.previous.saturating_sub(cost),
+                ..state
+            },
+            _ => return None,
+        };
+        Some(self.layout.pack(next))
+    }
 }

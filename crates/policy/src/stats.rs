@@ -1,0 +1,102 @@
+//! Per-rule counters: the crate's own (for [`Policy::snapshot`](crate::Policy::snapshot)) and the
+//! `metrics` facade's (for whatever exporter the application installs).
+
+use crossbeam_utils::CachePadded;
+use metrics::Counter;
+
+use crate::sync::{AtomicU64, Ordering, thread_ordinal};
+
+/// Stripes per rule: threads spread over them so that counting does not bounce one cache line
+/// between every core on every decision.
+const STRIPES: usize = 8;
+
+/// What is counted, as indices into a stripe.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Outcome {
+    Allowed = 0,
+    Denied = 1,
+    ShadowDenied = 2,
+    NearLimit = 3,
+}
+
+const OUTCOMES: usize = 4;
+
+/// A rule's counters. The facade handles are registered when the rule is built, so install the
+/// `metrics` recorder before building (or reloading) the policy.
+pub(crate) struct Counters {
+    stripes: Box<[CachePadded<[AtomicU64; OUTCOMES]>]>,
+    facade: [Counter; OUTCOMES],
+    overflow: Counter,
+}
+
+impl Counters {
+    pub(crate) fn new(rule: &'static str) -> Self {
+        let outcome = |name: &'static str| metrics::counter!("tollgate_policy_decisions_total", "rule" => rule, "outcome" => name);
+        Counters {
+            stripes: (0..STRIPES)
+                .map(|_| CachePadded::new(std::array::from_fn(|_| AtomicU64::new(0))))
+                .collect(),
+            facade: [
+                outcome("allowed"),
+                outcome("denied"),
+                outcome("shadow_denied"),
+                metrics::counter!("tollgate_policy_near_limit_total", "rule" => rule),
+            ],
+            overflow: metrics::counter!("tollgate_policy_overflow_decisions_total", "rule" => rule),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn count(&self, outcome: Outcome) {
+        let stripe = &self.stripes[thread_ordinal() % STRIPES];
+        // Relaxed: a monitoring counter; it publishes nothing.
+        stripe[outcome as usize].fetch_add(1, Ordering::Relaxed);
+        self.facade[outcome as usize].increment(1);
+    }
+
+    pub(crate) fn total(&self, outcome: Outcome) -> u64 {
+        self.stripes
+            .iter()
+            // Relaxed: a monitoring snapshot; it may lag concurrent decisions.
+            .map(|stripe| stripe[outcome as usize].load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// Publishes the keyed table's overflow count (kept by the table itself) to the facade.
+    pub(crate) fn publish_overflow(&self, total: u64) {
+        self.overflow.absolute(total);
+    }
+}
+
+/// One rule's counters at a moment, from [`Policy::snapshot`](crate::Policy::snapshot).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RuleStats {
+    /// The rule's name.
+    pub rule: &'static str,
+    /// Requests the rule admitted (on its own verdict; the request may still have been denied by
+    /// another rule, and then this rule's units were given back).
+    pub allowed: u64,
+    /// Requests an enforcing rule denied.
+    pub denied: u64,
+    /// Requests a shadow rule (or any rule under dry run) would have denied.
+    pub shadow_denied: u64,
+    /// Admissions that left 20 % or less of the rule's default capacity: at or above 80 % used.
+    pub near_limit: u64,
+    /// Decisions the rule's keyed table made with a stripe's shared overflow state (its table is too
+    /// small for its live keys when this grows).
+    pub overflow: u64,
+}
+
+/// Every rule's counters, in policy order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PolicySnapshot {
+    /// Per rule.
+    pub rules: Vec<RuleStats>,
+}
+
+impl PolicySnapshot {
+    /// The counters of the rule named `name`.
+    pub fn rule(&self, name: &str) -> Option<&RuleStats> {
+        self.rules.iter().find(|r| r.rule == name)
+    }
+}

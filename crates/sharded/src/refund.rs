@@ -1,0 +1,80 @@
+//! Giving an admission back: what the policy engine does for the rules that admitted a request
+//! another rule denied.
+
+use std::borrow::Borrow;
+use std::hash::{BuildHasher, Hash};
+
+use tollgate_core::state::cas_loop;
+use tollgate_core::{Algorithm, Clock, Nanos};
+
+use crate::limiter::{KeyedLimiter, Scan};
+use crate::slot::SlotWord;
+
+impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
+    /// Gives back an admission of `cost` units that [`check_key_at`](Self::check_key_at) granted `key`
+    /// at `now` (see [`Algorithm::refund`]): in the key's own slot, through the same pair CAS as a
+    /// decision, or — when the key has no slot and its window has no room, so the admission was
+    /// decided by the stripe's overflow state — in that overflow state. Returns whether a state
+    /// changed.
+    ///
+    /// Exact at the admission's `now` as long as the key's slot did not change hands between the
+    /// admission and the refund. Races with inserts and evictions in the key's window are resolved
+    /// towards strictness (nothing is given back), with one exception: a key admitted in its own slot,
+    /// then evicted by a caller that found it fresh at a later time, while the window filled up —
+    /// its refund then lands on the overflow state, at most `cost` units looser there.
+    ///
+    /// ```
+    /// use tollgate_core::{Gcra, ManualClock, Quota};
+    /// use tollgate_sharded::KeyedLimiter;
+    /// let limiter = KeyedLimiter::<str, Gcra, _>::with_clock(Quota::per_second(1)?, 100, ManualClock::new())?;
+    /// let now = limiter.now();
+    /// assert!(limiter.check_key_at("alice", now, 1)?.is_allowed());
+    /// assert!(limiter.refund_key_at("alice", now, 1));
+    /// assert!(limiter.check_key_at("alice", now, 1)?.is_allowed());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn refund_key_at<Q>(&self, key: &Q, now: Nanos, cost: u64) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + ?Sized,
+    {
+        let place = self.place(self.hasher.hash_one(key));
+        loop {
+            match self.scan(place, None, Some(now)) {
+                Scan::Found(index, found) => {
+                    if let Some(written) = self.refund_slot(index, found, now, cost) {
+                        return written;
+                    }
+                    // Re-tagged under us: look again.
+                }
+                Scan::Missing { room: true } => return false,
+                Scan::Missing { room: false } => {
+                    return self.stripes[place.stripe]
+                        .overflow
+                        .refund(&self.algorithm, now, cost);
+                }
+            }
+        }
+    }
+
+    /// The refund on one slot through the one CAS loop, as [`apply`](Self::apply): `None` when the
+    /// slot no longer holds the key.
+    fn refund_slot(&self, index: usize, current: SlotWord, now: Nanos, cost: u64) -> Option<bool> {
+        let hash_part = current.hash_part();
+        let outcome = cas_loop(
+            current,
+            |word: SlotWord| {
+                if word.hash_part() != hash_part {
+                    return Err(());
+                }
+                let next = self
+                    .algorithm_for(word.tier())
+                    .refund(word.state, now, cost)
+                    .map(|state| word.with_state(state));
+                Ok((next.is_some_and(|next| next != word), next))
+            },
+            |old, new| self.exchange(index, old, new).map(drop),
+        );
+        outcome.ok().map(|(written, _)| written)
+    }
+}
