@@ -330,14 +330,14 @@ impl<S: fmt::Debug, E: KeyExtractor, L, Cf> fmt::Debug for RateLimit<S, E, L, Cf
 }
 
 /// The fields an allowed response gains, computed before the inner call.
-struct Fields {
+pub(crate) struct Fields {
     ietf: Option<(HeaderValue, HeaderValue)>,
     legacy: Option<(HeaderValue, HeaderValue, HeaderValue)>,
 }
 
 impl Fields {
     /// The fields for service limit `(r, t)` ([`headers::service_limit`]).
-    fn new(mode: HeaderMode, policy: &PolicyHeaders, (r, t): (u64, u64)) -> Self {
+    pub(crate) fn new(mode: HeaderMode, policy: &PolicyHeaders, (r, t): (u64, u64)) -> Self {
         Fields {
             ietf: mode
                 .ietf
@@ -352,7 +352,7 @@ impl Fields {
         }
     }
 
-    fn apply(self, headers: &mut HeaderMap) {
+    pub(crate) fn apply(self, headers: &mut HeaderMap) {
         if let Some((policy, ratelimit)) = self.ietf {
             // `append`: list fields; a second layer's policy becomes a second list member.
             headers.append(&RATELIMIT_POLICY, policy);
@@ -366,7 +366,7 @@ impl Fields {
     }
 }
 
-fn json_response(status: StatusCode, body: Bytes) -> Response<Bytes> {
+pub(crate) fn json_response(status: StatusCode, body: Bytes) -> Response<Bytes> {
     let mut response = Response::new(body);
     *response.status_mut() = status;
     response

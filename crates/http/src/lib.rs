@@ -8,6 +8,10 @@
 //!   configured [`MissingKey`] outcome (default: 400), never a surprise 500.
 //! * **Limiters** ([`KeyedCheck`]): [`tollgate_sharded::KeyedLimiter`] per key, or any core single
 //!   limiter as a global quota; one per route prefix, plus a default; an optional per-request cost.
+//! * **Policies** ([`PolicyLayer`], feature `policy`, on by default): a whole
+//!   [`tollgate_policy::Policy`] per request — descriptors from the client address (trusted-proxy
+//!   logic), path, method and chosen headers; every rule decided as one; the deciding rule and the
+//!   key's own (override) quota in the fields; two-stage delays held on tokio's timer.
 //! * **Denials**: `429 Too Many Requests`, `Retry-After` in whole seconds rounded **up** (never 0
 //!   while denied), and `{"error":"rate limit exceeded","retry_after":N}`.
 //! * **Fields** ([`HeaderMode`]): `RateLimit-Policy: "name";q=100;w=60` and
@@ -51,6 +55,8 @@ mod forwarded;
 pub mod headers;
 mod key;
 mod layer;
+#[cfg(feature = "policy")]
+mod policy_layer;
 
 pub use body::RateLimitBody;
 pub use check::KeyedCheck;
@@ -62,4 +68,8 @@ pub use key::{
 pub use layer::{
     MissingKey, RateLimit, RateLimitLayer, RateLimitLayerBuilder, RequestCost, ResponseFuture,
     UnitCost,
+};
+#[cfg(feature = "policy")]
+pub use policy_layer::{
+    DescriptorSourceError, PolicyLayer, PolicyLayerBuilder, PolicyRateLimit, PolicyResponseFuture,
 };

@@ -833,3 +833,50 @@ impl RuleSet {
         ))
     }
 }
+
+impl<C: Clock + Clone + 'static> Policy<C> {
+    /// What one rule alone would decide for `cost` units with these descriptors at `now`, consuming
+    /// nothing: `None` when no rule has that name or it does not apply to the request.
+    ///
+    /// The HTTP layer asks it for the `RateLimit` field's `t` after a decision that left `r` units
+    /// in the deciding rule: `peek_rule_at(rule, descriptors, now, r + 1)` says how long until more
+    /// than `r` are admitted.
+    ///
+    /// ```
+    /// use tollgate_core::ManualClock;
+    /// use tollgate_policy::{Policy, PolicyConfig};
+    /// let config = PolicyConfig::from_toml(r#"
+    ///     [[rules]]
+    ///     name = "global"
+    ///     limit = 2
+    ///     period = "1s"
+    /// "#)?;
+    /// let policy = Policy::with_clock(config, ManualClock::new())?;
+    /// let now = policy.now();
+    /// assert!(policy.check_at(&[], now, 2)?.is_allowed());
+    /// let next = policy.peek_rule_at("global", &[], now, 1).unwrap()?;
+    /// assert_eq!(next.retry_after(), Some(std::time::Duration::from_millis(500)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn peek_rule_at(
+        &self,
+        rule: &str,
+        descriptors: &Descriptors<'_>,
+        now: Nanos,
+        cost: u64,
+    ) -> Option<Result<Decision, CheckError>> {
+        let set = self.current.load();
+        let values = set.resolve(descriptors);
+        let rule = set.rules.iter().find(|r| r.name == rule)?;
+        if !rule.applies(&values) {
+            return None;
+        }
+        let mut buf = KeyBuf::new();
+        let key = rule.key(&values, &mut buf)?;
+        Some(
+            rule.limiter
+                .peek(key, now, cost)
+                .map(|decision| rule.shown(decision).0),
+        )
+    }
+}
