@@ -101,3 +101,80 @@ fn a_stripe_insert_racing_a_lookup_of_another_key_disturbs_neither() {
         assert_eq!(limiter.check_key_at(&2, 0, 1).unwrap().remaining(), 1);
     });
 }
+
+// ---- Override tiers: the slot's orderings ----------------------------------------------------------
+//
+// Under `--cfg tollgate_loom` the slot is a loom atomic (see crates/sharded/src/sync.rs), the override
+// quota cells are loom-visible, and reading a tier whose quota is not yet visible panics, so these
+// models fail when the edge that publishes an override tier's quota is missing.
+
+#[test]
+fn a_lookup_racing_set_override_decides_with_a_published_quota() {
+    loom::model(|| {
+        let limiter = table(Quota::per_second(1).unwrap().with_burst(3).unwrap());
+        assert!(limiter.check_key_at(&7, 0, 1).unwrap().is_allowed());
+        let premium = Quota::per_second(1).unwrap().with_burst(10).unwrap();
+        let setter = {
+            let limiter = limiter.clone();
+            thread::spawn(move || limiter.set_override(&7, premium))
+        };
+        // The lookup finds the slot with or without the tier (or its CAS fails on the re-tagged word
+        // and re-decides with the tier it got back): either way its quota must be readable.
+        let decision = limiter.check_key_at(&7, 0, 1).unwrap();
+        setter.join().unwrap().unwrap();
+        assert!(decision.is_allowed());
+        // Default burst 3 leaves 1 after the lookup; the override's burst 10 leaves 8.
+        assert!(
+            [1, 8].contains(&decision.remaining()),
+            "remaining {}",
+            decision.remaining()
+        );
+        assert_eq!(*limiter.quota_for(&7), premium);
+        // Both admissions are in the state word, whichever quota decided the second.
+        assert_eq!(limiter.check_key_at(&7, 0, 1).unwrap().remaining(), 7);
+        assert_eq!(limiter.len(), 1);
+    });
+}
+
+#[test]
+fn set_override_racing_an_eviction_of_its_key_pins_it_or_reports_the_full_window() {
+    loom::model(|| {
+        // Key 100 is idle (fresh) at 1 s, three fillers are live until 1.5 s: the window is full.
+        let limiter = table(Quota::per_second(1).unwrap());
+        assert!(limiter.check_key_at(&100, 0, 1).unwrap().is_allowed());
+        for filler in 1..=3u64 {
+            assert!(
+                limiter
+                    .check_key_at(&filler, SEC / 2, 1)
+                    .unwrap()
+                    .is_allowed()
+            );
+        }
+        limiter.clock().set(SEC);
+        let premium = Quota::per_second(1).unwrap().with_burst(5).unwrap();
+        let setter = {
+            let limiter = limiter.clone();
+            thread::spawn(move || limiter.set_override(&100, premium))
+        };
+        // New key 200 needs a slot: it may evict key 100 only while 100 is unpinned.
+        let new = limiter.check_key_at(&200, SEC, 1).unwrap();
+        let pinned = setter.join().unwrap();
+        assert!(new.is_allowed());
+        match pinned {
+            Ok(()) => {
+                // Pinned first: 200 found no room and went to the overflow state.
+                assert_eq!(*limiter.quota_for(&100), premium);
+                assert_eq!(limiter.overflow_decisions(), 1);
+                assert_eq!(limiter.check_key_at(&100, SEC, 1).unwrap().remaining(), 4);
+            }
+            Err(error) => {
+                // Evicted first: no slot left for 100, and nothing was pinned or lost.
+                assert_eq!(error, tollgate_sharded::KeyedError::WindowFull);
+                assert_eq!(*limiter.quota_for(&100), *limiter.quota());
+                assert_eq!(limiter.overflow_decisions(), 0);
+                assert!(!limiter.check_key_at(&200, SEC, 1).unwrap().is_allowed());
+            }
+        }
+        assert_eq!(limiter.len(), 4);
+    });
+}

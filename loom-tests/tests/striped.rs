@@ -89,3 +89,100 @@ fn two_threads_sharing_a_stripe_never_exceed_the_burst() {
         assert_conserved(&l, admitted, 3);
     });
 }
+
+// ---- The refill's publication, as the fast-path reader sees it ------------------------------------
+//
+// A lock holder installs a lease by storing `end` and then the unlocked word (`Release`); a fast-path
+// reader loads the word (`Acquire`) and then `end`, and must find an `end` at least as new as the
+// word's, or it pairs the new lease's units with an older end: it counts them as expired, retires
+// them as wasted, and the instant admits less than it owns. The models below check, at a frozen
+// instant, that the threads and a final drain admit *exactly* what the instant owns (the old lease's
+// live units plus what the shared word has free), and that nothing was wasted. Each fails when one
+// of the orderings it names is weakened to `Relaxed` (see loom-tests/README.md).
+
+/// Checks cost 1 on stripe 0 at `now` until the first denial; returns the admissions.
+fn drain(limiter: &StripedLimiter<ManualClock>, now: Nanos) -> u64 {
+    let mut admitted = 0;
+    while limiter.check_on_stripe(0, now, 1).unwrap().is_allowed() {
+        admitted += 1;
+    }
+    admitted
+}
+
+/// Runs one thread per entry of `plan`, each checking its costs on stripe 0 at `now`, then drains the
+/// stripe at `now`; returns all admitted units.
+fn race_then_drain(
+    limiter: &Arc<StripedLimiter<ManualClock>>,
+    now: Nanos,
+    plan: &[&'static [u64]],
+) -> u64 {
+    let handles: Vec<_> = plan
+        .iter()
+        .map(|&costs| {
+            let limiter = limiter.clone();
+            thread::spawn(move || {
+                costs
+                    .iter()
+                    .filter(|&&cost| limiter.check_on_stripe(0, now, cost).unwrap().is_allowed())
+                    .sum::<u64>()
+            })
+        })
+        .collect();
+    let raced: u64 = handles.into_iter().map(|h| h.join().unwrap()).sum();
+    raced + drain(limiter, now)
+}
+
+/// The used-up lease `[0, 3T)` is replaced at 3 T by whichever of two threads locks the stripe; the
+/// other reads the new word. The instant owns the whole burst of 4: all 4 admitted, none wasted.
+///
+/// Fails without: the fast path's `Acquire` load of the word, the refill's `Release` store of the
+/// word, or the lock CAS's `Acquire` on failure (a reader whose lock attempt fails on the new word
+/// must then read the new `end`).
+#[test]
+fn a_reader_of_a_replaced_lease_finds_its_end() {
+    loom::model(|| {
+        let l = limiter(4, 1, 3);
+        assert_eq!(drain_n(&l, 0, 3), 3); // lease [0, 3T), used up
+        let admitted = race_then_drain(&l, 3 * T, &[&[1], &[1]]);
+        assert_eq!(admitted, 4);
+        assert_eq!(l.stranded_units(), 0, "units wasted at a frozen instant");
+    });
+}
+
+/// At 2 T the lease `[0, 3T)` has one live unit (its top position). Thread A takes it on the fast
+/// path and then replaces the lease; thread B read the old word, so its fast-path CAS fails on a
+/// newer one and must re-read `end` for it. The instant owns 1 + 3 units: all admitted, none wasted.
+///
+/// Fails without the fast-path CAS's `Acquire` on failure.
+#[test]
+fn a_reader_whose_cas_fails_on_a_replaced_lease_finds_its_end() {
+    loom::model(|| {
+        let l = limiter(4, 1, 3);
+        assert_eq!(drain_n(&l, 0, 2), 2); // lease [0, 3T), one unit left at [2T, 3T)
+        let admitted = race_then_drain(&l, 2 * T, &[&[1, 1], &[1]]);
+        assert_eq!(admitted, 4);
+        assert_eq!(l.stranded_units(), 0, "units wasted at a frozen instant");
+    });
+}
+
+/// Thread A takes the only lease (the whole burst of 2) and then asks for 2, which does not fit: its
+/// refill is denied and unlocks the stripe keeping the lease's last unit. Thread B, reading that
+/// word, must find the lease's `end` (published by A's first refill) to use the unit.
+///
+/// Fails without the `Release` store that unlocks a denied refill.
+#[test]
+fn a_reader_after_a_denied_refill_finds_the_kept_lease() {
+    loom::model(|| {
+        let l = limiter(2, 1, 2);
+        let admitted = race_then_drain(&l, 0, &[&[1, 2], &[1]]);
+        assert_eq!(admitted, 2);
+        assert_eq!(l.stranded_units(), 0, "units wasted at a frozen instant");
+    });
+}
+
+/// `n` cost-1 checks on stripe 0 at `now` (single-threaded set-up); returns the admissions.
+fn drain_n(limiter: &StripedLimiter<ManualClock>, now: Nanos, n: usize) -> u64 {
+    (0..n)
+        .filter(|_| limiter.check_on_stripe(0, now, 1).unwrap().is_allowed())
+        .count() as u64
+}

@@ -2,7 +2,6 @@
 
 use std::hash::BuildHasher;
 use std::marker::PhantomData;
-use std::sync::OnceLock;
 
 use crossbeam_utils::CachePadded;
 use tollgate_core::{Algorithm, AtomicState, Clock, MonotonicClock, Quota};
@@ -12,7 +11,7 @@ use crate::ledger::OverflowLedger;
 use crate::limiter::{
     DEFAULT_WINDOW, KeyedLimiter, MAX_OVERRIDE_QUOTAS, MAX_STRIPES, MAX_WINDOW, MIN_WINDOW, Stripe,
 };
-use crate::sync::{AtomicPair, AtomicUsize, Mutex};
+use crate::sync::{AtomicPair, AtomicUsize, Mutex, OnceLock};
 
 /// Slots allocated per key of capacity, as a fraction: the table runs at most 70 % full at its
 /// configured capacity (16 B / 0.7 ≈ 22.9 B per key).

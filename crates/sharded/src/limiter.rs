@@ -6,7 +6,6 @@ use std::borrow::Borrow;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
 use std::marker::PhantomData;
-use std::sync::OnceLock;
 
 use crossbeam_utils::CachePadded;
 use tollgate_core::{
@@ -17,7 +16,7 @@ use crate::builder::Builder;
 use crate::error::KeyedError;
 use crate::ledger::OverflowLedger;
 use crate::slot::{SlotWord, TIER_MASK};
-use crate::sync::{AtomicPair, AtomicUsize, Mutex, Ordering, lock};
+use crate::sync::{AtomicPair, AtomicUsize, Mutex, OnceLock, Ordering, lock};
 
 /// The most stripes a table may have.
 pub const MAX_STRIPES: usize = 1 << 16;

@@ -2,12 +2,16 @@
 //!
 //! Built normally this re-exports `std` and wraps [`portable_atomic::AtomicU128`] (a real 128-bit
 //! atomic: `cmpxchg16b` on x86_64, with 16-byte SSE loads where the CPU guarantees their atomicity);
-//! built with `RUSTFLAGS="--cfg tollgate_loom"` it re-exports loom's model-checked doubles. Loom has no
-//! 128-bit atomic, so under loom [`AtomicPair`] is a `loom::sync::Mutex<u128>`: a linearizable cell with
-//! the same `load`/`compare_exchange` API, whose every access is a scheduling point loom explores. That
-//! models the real type's guarantees (each access is atomic and all accesses to one cell are totally
-//! ordered) though not its weaker-than-lock ordering; the slot protocol never relies on more than
-//! per-cell linearizability plus the Acquire/Release pairing described in `table.rs`.
+//! built with `RUSTFLAGS="--cfg tollgate_loom"` it re-exports loom's model-checked doubles.
+//!
+//! Loom has no 128-bit atomic, so under loom [`AtomicPair`] is a loom `AtomicUsize` holding the
+//! index of the cell's current value in an append-only list of the values ever stored in it: each
+//! load and compare-and-swap is one loom access with the caller's orderings, so loom explores stale
+//! reads and checks the happens-before edges the slot protocol claims (a mutex, as this shim once
+//! was, adds edges of its own and hid every ordering). The list is behind a `std` mutex, invisible to
+//! loom and never held across a loom operation. Likewise [`OnceLock`] is, under loom, `std`'s
+//! `OnceLock` gated by a loom `AtomicBool` (`Release` on set, `Acquire` on get), so a reader that
+//! sees an override tier without the edge that publishes its quota is visible to the models.
 
 #[cfg(tollgate_loom)]
 pub(crate) use loom::sync::{
@@ -17,7 +21,7 @@ pub(crate) use loom::sync::{
 
 #[cfg(not(tollgate_loom))]
 pub(crate) use std::sync::{
-    Mutex, MutexGuard,
+    Mutex, MutexGuard, OnceLock,
     atomic::{AtomicUsize, Ordering},
 };
 
@@ -84,16 +88,25 @@ impl AtomicPair {
     }
 }
 
-/// A 16-byte cell read and compare-and-swapped as one unit (loom model: a mutex-guarded `u128`).
+/// A 16-byte cell read and compare-and-swapped as one unit (loom model: a loom atomic index into
+/// the values stored so far; see the module docs).
 #[cfg(tollgate_loom)]
 #[derive(Debug)]
-pub(crate) struct AtomicPair(loom::sync::Mutex<u128>);
+pub(crate) struct AtomicPair {
+    /// Index into `values.0` of the cell's current value.
+    current: AtomicUsize,
+    /// Every value ever stored (append-only), and the index the last successful exchange installed.
+    values: std::sync::Mutex<(Vec<u128>, usize)>,
+}
 
 #[cfg(tollgate_loom)]
 impl AtomicPair {
     /// A cell holding `value`.
     pub(crate) fn new(value: u128) -> Self {
-        AtomicPair(loom::sync::Mutex::new(value))
+        AtomicPair {
+            current: AtomicUsize::new(0),
+            values: std::sync::Mutex::new((vec![value], 0)),
+        }
     }
 
     /// `len` cells holding 0.
@@ -101,26 +114,103 @@ impl AtomicPair {
         (0..len).map(|_| AtomicPair::new(0)).collect()
     }
 
-    /// Atomically reads all 16 bytes.
-    pub(crate) fn load(&self, _order: Ordering) -> u128 {
-        *lock(&self.0)
+    fn values(&self) -> std::sync::MutexGuard<'_, (Vec<u128>, usize)> {
+        self.values
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Replaces the cell with `new` iff it holds `current`; on failure returns what it held.
+    /// Atomically reads all 16 bytes.
+    pub(crate) fn load(&self, order: Ordering) -> u128 {
+        let index = self.current.load(order);
+        self.values().0[index]
+    }
+
+    /// Replaces the cell with `new` iff it holds `current`; on failure returns what it held. The
+    /// value is compared, not the index: two stores of one value are distinct indices.
+    ///
+    /// One loom compare-and-swap, with the caller's orderings, and no other loom access: a plain
+    /// load before it (with any ordering) made loom miss stale reads by threads that read this
+    /// exchange's value (found with a message-passing probe: load + Release CAS in the writer, a
+    /// Relaxed reader, and loom never showed the reader an older flag). Loom runs one thread at a
+    /// time, so the last installed index is what an exchange now would read, unless another thread
+    /// runs between our look-up and our exchange: then the exchange fails and we go again.
     pub(crate) fn compare_exchange(
         &self,
         current: u128,
         new: u128,
-        _success: Ordering,
-        _failure: Ordering,
+        success: Ordering,
+        failure: Ordering,
     ) -> Result<u128, u128> {
-        let mut cell = lock(&self.0);
-        if *cell == current {
-            *cell = new;
-            Ok(current)
-        } else {
-            Err(*cell)
+        let mut expected = self.values().1;
+        loop {
+            let (attempt, next) = {
+                let mut values = self.values();
+                if values.0[expected] == current {
+                    values.0.push(new);
+                    (expected, values.0.len() - 1)
+                } else {
+                    // A value mismatch: still one loom exchange, one that cannot succeed (no index
+                    // is usize::MAX), so the value is read as a failed exchange reads it: the
+                    // latest, with the failure ordering.
+                    (usize::MAX, usize::MAX)
+                }
+            };
+            match self
+                .current
+                .compare_exchange(attempt, next, success, failure)
+            {
+                Ok(_) => {
+                    self.values().1 = next;
+                    return Ok(current);
+                }
+                Err(found) => {
+                    let value = self.values().0[found];
+                    if value != current {
+                        return Err(value);
+                    }
+                    expected = found;
+                }
+            }
         }
+    }
+}
+
+/// `std::sync::OnceLock` as far as this crate uses it (`new`, `get`, `set`), its publication made
+/// visible to loom (see the module docs).
+#[cfg(tollgate_loom)]
+#[derive(Debug)]
+pub(crate) struct OnceLock<T> {
+    ready: loom::sync::atomic::AtomicBool,
+    value: std::sync::OnceLock<T>,
+}
+
+#[cfg(tollgate_loom)]
+impl<T> OnceLock<T> {
+    /// An empty cell.
+    pub(crate) fn new() -> Self {
+        OnceLock {
+            ready: loom::sync::atomic::AtomicBool::new(false),
+            value: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The value, if set and published to this thread.
+    pub(crate) fn get(&self) -> Option<&T> {
+        // Acquire: as std's OnceLock::get, pairs with the Release in `set`.
+        if self.ready.load(Ordering::Acquire) {
+            self.value.get()
+        } else {
+            None
+        }
+    }
+
+    /// Sets the value if empty; otherwise gives `value` back.
+    pub(crate) fn set(&self, value: T) -> Result<(), T> {
+        self.value.set(value)?;
+        // Release: as std's OnceLock initialisation.
+        self.ready.store(true, Ordering::Release);
+        Ok(())
     }
 }
 

@@ -38,17 +38,25 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
 
     #[inline]
     pub(crate) fn load(&self, index: usize) -> SlotWord {
-        // Acquire: pairs with the Release exchange that wrote a tier into a tag (set_override), so a
-        // reader that sees tier t also sees `tiers[t - 1]` initialised. Slots publish nothing else.
+        // Acquire: pairs with the Release exchange that wrote a tier into a tag (`replace`, from
+        // set_override), so a reader that sees tier t also sees `tiers[t - 1]` initialised. Slots
+        // publish nothing else. (loom-tests/tests/sharded.rs: `a_lookup_racing_set_override_*`.)
         SlotWord::unpack(self.slots[index].load(Ordering::Acquire))
     }
 
-    /// One exchange of a whole slot; whether it took.
+    /// One exchange of a whole slot, for the writes made under the stripe lock (inserts, evictions,
+    /// tier changes); whether it took.
     #[inline]
     pub(crate) fn replace(&self, index: usize, old: SlotWord, new: SlotWord) -> bool {
-        self.exchange(index, old, new).is_ok()
+        // Release on success: publishes a newly set tier's quota (see `load`); the first write of a
+        // tier into a tag is always this one. Failure Relaxed: the word found is dropped (callers
+        // rescan with `load`).
+        self.slots[index]
+            .compare_exchange(old.pack(), new.pack(), Ordering::Release, Ordering::Relaxed)
+            .is_ok()
     }
 
+    /// The admission exchange (`apply`, refunds): on failure returns the word found.
     #[inline]
     pub(crate) fn exchange(
         &self,
@@ -56,11 +64,14 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         old: SlotWord,
         new: SlotWord,
     ) -> Result<SlotWord, SlotWord> {
-        // AcqRel on success: Release publishes a newly set tier's quota (see `load`); Acquire on both
-        // paths because the word we get back may carry a tier we then read. On x86_64 every 128-bit
-        // access is a locked instruction or an aligned vector load, so this costs nothing extra.
+        // Success Relaxed: an admission only changes the state half and publishes nothing; being a
+        // read-modify-write it continues the release sequence of the `replace` that wrote the tier,
+        // so a reader of our word still synchronises with that `replace`. (Nor is an Acquire needed:
+        // `old`, carrying the tier we decided with, was read with Acquire.) Failure Acquire: the word
+        // we get back may carry a tier we then read (see `load`). On x86_64 every 128-bit access is
+        // a locked instruction or an aligned vector load whatever the ordering.
         self.slots[index]
-            .compare_exchange(old.pack(), new.pack(), Ordering::AcqRel, Ordering::Acquire)
+            .compare_exchange(old.pack(), new.pack(), Ordering::Relaxed, Ordering::Acquire)
             .map(SlotWord::unpack)
             .map_err(SlotWord::unpack)
     }
@@ -70,10 +81,15 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         match tier {
             0 => &self.algorithm,
             // A set tier is always initialised (see `load`); the default is only a non-panicking
-            // fallback that cannot be reached.
-            t => self.tiers[usize::from(t) - 1]
-                .get()
-                .unwrap_or(&self.algorithm),
+            // fallback that cannot be reached. The loom build panics there instead, so the models
+            // check that claim (and the orderings it rests on).
+            t => match self.tiers[usize::from(t) - 1].get() {
+                Some(algorithm) => algorithm,
+                None if cfg!(tollgate_loom) => {
+                    panic!("tier {t} read before its quota was published")
+                }
+                None => &self.algorithm,
+            },
         }
     }
 

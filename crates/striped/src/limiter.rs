@@ -359,7 +359,8 @@ impl<C: Clock> StripedLimiter<C> {
             return Ok(self.direct(now, cost));
         }
         // Acquire: pairs with the lock holder's Release store of the word, so the `end` we read next
-        // is at least the one installed with this word.
+        // is at least the one installed with this word (loom-tests/tests/striped.rs: the
+        // `a_reader_*` models).
         let mut word = LeaseWord::from_bits(stripe.word.load(Ordering::Acquire));
         loop {
             if word.is_locked() {
@@ -368,7 +369,12 @@ impl<C: Clock> StripedLimiter<C> {
             }
             // Acquire: pairs with the Release store of `end` by any later lock holder; if we read a
             // newer `end` than `word`'s, that holder's locking CAS happens-before our CAS below,
-            // which therefore fails.
+            // which therefore fails. Without the edge the memory model would allow a
+            // load-buffering cycle (our CAS ordered before that holder's locking CAS although we
+            // read a store it made after locking) and we would spend old units against the new
+            // lease's end. CPUs do not make a store visible before a load it is control-dependent
+            // on, and loom explores no load-buffering executions, so no model can fail without
+            // this Acquire (or that Release): they are kept on the memory-model argument alone.
             let end = stripe.end.load(Ordering::Acquire);
             let alive = alive_units(word.units(), end, now, self.interval, self.depth);
             match alive {
@@ -379,7 +385,8 @@ impl<C: Clock> StripedLimiter<C> {
                     let tat_seen = stripe.tat_seen.load(Ordering::Relaxed);
                     let free_seen = stripe.free_seen.load(Ordering::Relaxed);
                     // Success Relaxed: the new count publishes nothing (the other fields are
-                    // unchanged). Failure Acquire: we re-read `end` for the word we found.
+                    // unchanged). Failure Acquire: we re-read `end` for the word we found
+                    // (`a_reader_whose_cas_fails_on_a_replaced_lease_finds_its_end`).
                     match stripe.word.compare_exchange_weak(
                         word.bits(),
                         next.bits(),
@@ -407,13 +414,20 @@ impl<C: Clock> StripedLimiter<C> {
                     }
                 }
                 _ => {
-                    // Lock the stripe to replace its lease. Acquire on success: pairs with the
-                    // previous lock holder's Release publication, so its bookkeeping fields are
-                    // visible to us; Acquire on failure: as above.
+                    // Lock the stripe to replace its lease.
+                    // Success Relaxed: we need the previous lock holder's bookkeeping (and `end`)
+                    // visible, and already have it: the CAS succeeds only on exactly the value
+                    // `word`, which we read with an Acquire load or an Acquire failed CAS. Each
+                    // word value is written once (units only fall within a generation; a new
+                    // generation is a new publication, short of 2^43 of them), so that read saw
+                    // the very store we now replace: a publisher's Release store or a fast-path
+                    // RMW continuing its release sequence, and it synchronised us with that
+                    // publisher. (No loom model can fail without it, so it is not asked for.)
+                    // Failure Acquire: as for the fast-path CAS (loom-tests: see README).
                     match stripe.word.compare_exchange_weak(
                         word.bits(),
                         word.locked().bits(),
-                        Ordering::Acquire,
+                        Ordering::Relaxed,
                         Ordering::Acquire,
                     ) {
                         Ok(_) => {
@@ -439,7 +453,9 @@ impl<C: Clock> StripedLimiter<C> {
     ) -> Result<Decision, CheckError> {
         self.gcra.check_cost(cost)?;
         let stripe = &self.stripes[stripe & self.mask];
-        // Acquire: as in `check_on_stripe`.
+        // Acquire (both): as in `check_on_stripe`, so the pair is never older than the word. Peek
+        // is advisory and its answer may be stale under concurrent checks anyway, so no model
+        // asserts on it: these two are argued, not loom-checked (loom-tests/README.md).
         let word = LeaseWord::from_bits(stripe.word.load(Ordering::Acquire));
         let end = stripe.end.load(Ordering::Acquire);
         let alive = if word.is_locked() {
@@ -469,8 +485,8 @@ impl<C: Clock> StripedLimiter<C> {
         now: Nanos,
         cost: u64,
     ) -> (Decision, LeaseReceipt) {
-        // Relaxed loads of the bookkeeping: we hold the lock, and our locking CAS acquired the last
-        // holder's writes.
+        // Relaxed loads of the bookkeeping: we hold the lock, and the Acquire read of the word we
+        // locked synchronised us with the last holder's writes (see the lock CAS).
         let alive = alive.unwrap_or(0);
         let dead = word.units() - alive.min(word.units());
         let mut size = stripe.size.load(Ordering::Relaxed);
@@ -507,9 +523,10 @@ impl<C: Clock> StripedLimiter<C> {
                 // RMW: fast-path callers that won their CAS before our lock may still be adding.
                 stripe.wasted.fetch_add(lost, Ordering::Relaxed);
                 // Release: a fast-path reader that Acquire-loads `end` and finds this value must
-                // also find our lock (see `check_on_stripe`).
+                // also find our lock (see `check_on_stripe`: argued, not loom-checkable).
                 stripe.end.store(new_end, Ordering::Release);
-                // Release: publishes `end` and the bookkeeping to whoever Acquire-loads this word.
+                // Release: publishes `end` and the bookkeeping to whoever Acquire-loads this word
+                // (loom-tests/tests/striped.rs: `a_reader_of_a_replaced_lease_finds_its_end`).
                 let published = word.next(units - cost);
                 stripe.word.store(published.bits(), Ordering::Release);
                 let receipt = LeaseReceipt::Lease {
@@ -522,7 +539,9 @@ impl<C: Clock> StripedLimiter<C> {
                 // RMW: as above.
                 stripe.wasted.fetch_add(dead, Ordering::Relaxed);
                 stripe.size.store(size, Ordering::Relaxed);
-                // Release: unlock, keeping the old lease's live units (fewer than `cost`).
+                // Release: unlock, keeping the old lease's live units (fewer than `cost`); a reader
+                // of this word needs the `end` our lock acquired (loom-tests/tests/striped.rs:
+                // `a_reader_after_a_denied_refill_finds_the_kept_lease`).
                 stripe
                     .word
                     .store(word.next(alive).bits(), Ordering::Release);
