@@ -101,7 +101,8 @@ impl<A: Algorithm, C: Clock> AtomicLimiter<A, C> {
         self.state.refund(&self.algorithm, now, cost)
     }
 
-    /// The raw state word (for diagnostics and tests).
+    /// The raw state word (feature `diagnostics`, for tests and models).
+    #[cfg(feature = "diagnostics")]
     pub fn state_word(&self) -> u64 {
         self.state.load()
     }

@@ -305,20 +305,47 @@ impl<C: Clock> StripedLimiter<C> {
     }
 
     /// [`check_at`](Limiter::check_at) on stripe `stripe` (masked to the stripe count), for models
-    /// and tests that place requests on stripes explicitly.
+    /// and tests that place requests on stripes explicitly (feature `diagnostics`).
     ///
     /// # Errors
     /// [`CheckError::CostExceedsCapacity`] when `cost` is above the burst.
-    #[doc(hidden)]
-    #[inline]
+    #[cfg(feature = "diagnostics")]
     pub fn check_on_stripe(
         &self,
         stripe: usize,
         now: Nanos,
         cost: u64,
     ) -> Result<Decision, CheckError> {
-        self.check_on_stripe_with_receipt(stripe, now, cost)
+        self.on_stripe(stripe, now, cost)
             .map(|(decision, _)| decision)
+    }
+
+    /// `check_on_stripe` with the receipt of where the units came from (feature `diagnostics`).
+    ///
+    /// # Errors
+    /// As `check_on_stripe`.
+    #[cfg(feature = "diagnostics")]
+    pub fn check_on_stripe_with_receipt(
+        &self,
+        stripe: usize,
+        now: Nanos,
+        cost: u64,
+    ) -> Result<(Decision, LeaseReceipt), CheckError> {
+        self.on_stripe(stripe, now, cost)
+    }
+
+    /// [`peek_at`](Limiter::peek_at) as seen from stripe `stripe` (feature `diagnostics`).
+    ///
+    /// # Errors
+    /// As `check_on_stripe`.
+    #[cfg(feature = "diagnostics")]
+    pub fn peek_on_stripe(
+        &self,
+        stripe: usize,
+        now: Nanos,
+        cost: u64,
+    ) -> Result<Decision, CheckError> {
+        self.peek_stripe(stripe, now, cost)
     }
 
     /// [`check_at`](Limiter::check_at) on the calling thread's stripe, with the [`LeaseReceipt`] that
@@ -332,16 +359,14 @@ impl<C: Clock> StripedLimiter<C> {
         now: Nanos,
         cost: u64,
     ) -> Result<(Decision, LeaseReceipt), CheckError> {
-        self.check_on_stripe_with_receipt(self.current_stripe(), now, cost)
+        self.on_stripe(self.current_stripe(), now, cost)
     }
 
-    /// [`check_on_stripe`](Self::check_on_stripe) with the receipt of where the units came from.
-    ///
-    /// # Errors
-    /// As [`check_on_stripe`](Self::check_on_stripe).
-    #[doc(hidden)]
+    /// A decision on stripe `stripe` (masked to the stripe count), with the receipt of where the
+    /// units came from: the one decision path (`check_at` and `check_at_with_receipt` pick the
+    /// calling thread's stripe).
     #[inline]
-    pub fn check_on_stripe_with_receipt(
+    pub(crate) fn on_stripe(
         &self,
         stripe: usize,
         now: Nanos,
@@ -350,7 +375,7 @@ impl<C: Clock> StripedLimiter<C> {
         self.gcra.check_cost(cost)?;
         if cost == 0 {
             return self
-                .peek_on_stripe(stripe, now, 0)
+                .peek_stripe(stripe, now, 0)
                 .map(|decision| (decision, LeaseReceipt::Nothing));
         }
         let index = stripe & self.mask;
@@ -441,11 +466,7 @@ impl<C: Clock> StripedLimiter<C> {
     }
 
     /// [`peek_at`](Limiter::peek_at) as seen from stripe `stripe`.
-    ///
-    /// # Errors
-    /// As [`check_on_stripe`](Self::check_on_stripe).
-    #[doc(hidden)]
-    pub fn peek_on_stripe(
+    pub(crate) fn peek_stripe(
         &self,
         stripe: usize,
         now: Nanos,
@@ -453,7 +474,7 @@ impl<C: Clock> StripedLimiter<C> {
     ) -> Result<Decision, CheckError> {
         self.gcra.check_cost(cost)?;
         let stripe = &self.stripes[stripe & self.mask];
-        // Acquire (both): as in `check_on_stripe`, so the pair is never older than the word. Peek
+        // Acquire (both): as in `on_stripe`, so the pair is never older than the word. Peek
         // is advisory and its answer may be stale under concurrent checks anyway, so no model
         // asserts on it: these two are argued, not loom-checked (loom-tests/README.md).
         let word = LeaseWord::from_bits(stripe.word.load(Ordering::Acquire));
@@ -523,7 +544,7 @@ impl<C: Clock> StripedLimiter<C> {
                 // RMW: fast-path callers that won their CAS before our lock may still be adding.
                 stripe.wasted.fetch_add(lost, Ordering::Relaxed);
                 // Release: a fast-path reader that Acquire-loads `end` and finds this value must
-                // also find our lock (see `check_on_stripe`: argued, not loom-checkable).
+                // also find our lock (see `on_stripe`: argued, not loom-checkable).
                 stripe.end.store(new_end, Ordering::Release);
                 // Release: publishes `end` and the bookkeeping to whoever Acquire-loads this word
                 // (loom-tests/tests/striped.rs: `a_reader_of_a_replaced_lease_finds_its_end`).
@@ -677,8 +698,8 @@ impl<C: Clock> StripedLimiter<C> {
 
     /// Units currently held by leases (live or expired-but-not-yet-retired) plus units wasted so
     /// far: the quantity the lower-bound property test subtracts. Not synchronised with concurrent
-    /// callers.
-    #[doc(hidden)]
+    /// callers. Feature `diagnostics`.
+    #[cfg(feature = "diagnostics")]
     pub fn stranded_units(&self) -> u64 {
         self.stripes
             .iter()
@@ -690,8 +711,9 @@ impl<C: Clock> StripedLimiter<C> {
             .sum()
     }
 
-    /// Units held by live leases at `now` (diagnostics; not synchronised with concurrent callers).
-    #[doc(hidden)]
+    /// Units held by live leases at `now` (not synchronised with concurrent callers). Feature
+    /// `diagnostics`.
+    #[cfg(feature = "diagnostics")]
     pub fn held_units(&self, now: Nanos) -> u64 {
         self.stripes
             .iter()
@@ -704,8 +726,9 @@ impl<C: Clock> StripedLimiter<C> {
             .sum()
     }
 
-    /// The shared TAT word (diagnostics).
-    #[doc(hidden)]
+    /// The shared GCRA state: the instant the quota's bucket would be full again if every lease
+    /// were used. A limiter rebuilt with [`with_shared_tat`](Self::with_shared_tat) at this value
+    /// continues the same timeline (the policy engine's reload of a striped rule does this).
     pub fn shared_tat(&self) -> Nanos {
         self.shared.load()
     }
@@ -731,11 +754,12 @@ impl<C: Clock> Limiter for StripedLimiter<C> {
     /// grants are not seen).
     #[inline]
     fn check_at(&self, now: Nanos, cost: u64) -> Result<Decision, CheckError> {
-        self.check_on_stripe(self.current_stripe(), now, cost)
+        self.on_stripe(self.current_stripe(), now, cost)
+            .map(|(decision, _)| decision)
     }
 
     /// What the calling thread's stripe would decide; approximate, as for `check_at`.
     fn peek_at(&self, now: Nanos, cost: u64) -> Result<Decision, CheckError> {
-        self.peek_on_stripe(self.current_stripe(), now, cost)
+        self.peek_stripe(self.current_stripe(), now, cost)
     }
 }

@@ -35,7 +35,7 @@ pub(crate) fn thread_ordinal() -> usize {
 }
 
 /// Under loom every thread maps to stripe 0; the models choose stripes explicitly with
-/// `check_on_stripe`.
+/// `check_on_stripe` (feature `diagnostics`).
 #[cfg(tollgate_loom)]
 #[inline]
 pub(crate) fn thread_ordinal() -> usize {
