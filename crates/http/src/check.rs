@@ -13,7 +13,10 @@ use tollgate_sharded::KeyedLimiter;
 ///
 /// Implemented for [`tollgate_sharded::KeyedLimiter`] (one state per key) and for the core single
 /// limiters ([`AtomicLimiter`], [`SlidingLog`]), which ignore the key: a global limit. Implement it
-/// for your own storage (a Redis limiter, a tiered lookup) to put it behind the layer.
+/// for your own synchronous storage (a tiered lookup) to put it behind the layer; storage that
+/// decides over the network (a Redis limiter) implements
+/// [`AsyncKeyedCheck`](crate::AsyncKeyedCheck) and sits behind
+/// [`AsyncRateLimitLayer`](crate::AsyncRateLimitLayer).
 pub trait KeyedCheck<K: ?Sized>: Send + Sync + 'static {
     /// Decides `cost` units for `key` now, consuming them if allowed.
     ///

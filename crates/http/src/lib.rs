@@ -49,6 +49,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod async_layer;
 mod body;
 mod check;
 mod forwarded;
@@ -58,6 +59,10 @@ mod layer;
 #[cfg(feature = "policy")]
 mod policy_layer;
 
+pub use async_layer::{
+    AsyncKeyedCheck, AsyncRateLimit, AsyncRateLimitLayer, AsyncRateLimitLayerBuilder,
+    AsyncResponseFuture,
+};
 pub use body::RateLimitBody;
 pub use check::KeyedCheck;
 pub use headers::{HeaderMode, PolicyNameError};
