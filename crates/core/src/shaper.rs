@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
-use crate::algorithm::gcra::TatParams;
+use crate::algorithm::gcra::Timeline;
 use crate::clock::{Clock, MonotonicClock, Nanos, duration_to_nanos};
 use crate::decision::Decision;
 use crate::quota::{Quota, QuotaError};
@@ -40,7 +40,7 @@ use crate::state::AtomicState;
 pub struct Shaper<C = MonotonicClock> {
     next_slot: CachePadded<AtomicState>,
     quota: Quota,
-    params: TatParams,
+    params: Timeline,
     max_delay: Nanos,
     clock: C,
 }
@@ -65,7 +65,7 @@ impl<C: Clock> Shaper<C> {
         Ok(Shaper {
             next_slot: CachePadded::new(AtomicState::new(0)),
             quota,
-            params: TatParams::new(&quota),
+            params: Timeline::new(&quota),
             max_delay,
             clock,
         })

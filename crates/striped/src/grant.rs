@@ -2,68 +2,23 @@
 //! returns an old lease and grants a new one in one compare-and-swap.
 
 use tollgate_core::Nanos;
-
-/// Division by the emission interval, a shift when it is a power of two (as for 10⁹/s, 2²⁰/s, ...):
-/// the fast path divides once whenever some of a lease's positions have expired.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Interval {
-    nanos: Nanos,
-    shift: Option<u32>,
-}
-
-impl Interval {
-    /// `nanos` must be at least 1 (a validated quota's emission interval is).
-    pub(crate) fn new(nanos: Nanos) -> Self {
-        let nanos = nanos.max(1);
-        Interval {
-            nanos,
-            shift: nanos.is_power_of_two().then(|| nanos.trailing_zeros()),
-        }
-    }
-
-    /// `x / T`, rounded down.
-    #[inline]
-    pub(crate) fn units_in(self, x: Nanos) -> u64 {
-        match self.shift {
-            Some(shift) => x >> shift,
-            None => x / self.nanos,
-        }
-    }
-
-    /// `T` in nanoseconds.
-    #[inline]
-    pub(crate) fn nanos(self) -> Nanos {
-        self.nanos
-    }
-}
+use tollgate_core::algorithm::gcra::Timeline;
 
 /// Units of a lease holding `units` positions `[end − units·T, end)` that are still usable at `now`:
 /// those at positions `≥ now`. `None` when the lease may not be used at all at `now` because its end
 /// is more than the bucket depth ahead (only possible when the clock went backwards); the caller then
 /// goes to the shared state, which is stricter.
 #[inline]
-pub(crate) fn alive_units(
-    units: u64,
-    end: Nanos,
-    now: Nanos,
-    interval: Interval,
-    depth: Nanos,
-) -> Option<u64> {
-    if end > now.saturating_add(depth) {
+pub(crate) fn alive_units(units: u64, end: Nanos, now: Nanos, timeline: &Timeline) -> Option<u64> {
+    if end > now.saturating_add(timeline.depth()) {
         return None;
     }
     let ahead = end.saturating_sub(now);
     // Fast case without a division: every held position is still ahead of now.
-    match units.checked_mul(interval.nanos()) {
+    match units.checked_mul(timeline.interval()) {
         Some(span) if span <= ahead => Some(units),
-        _ => Some(interval.units_in(ahead).min(units)),
+        _ => Some(timeline.units_in(ahead).min(units)),
     }
-}
-
-/// Units a GCRA with theoretical arrival time `tat` could grant at `now`.
-#[inline]
-pub(crate) fn available(tat: Nanos, now: Nanos, interval: Interval, depth: Nanos) -> u64 {
-    interval.units_in(now.saturating_add(depth).saturating_sub(tat.max(now)))
 }
 
 /// What one attempt on the shared word decided.
@@ -102,21 +57,20 @@ pub(crate) fn grant(
     cost: u64,
     want: u64,
     give_back: Option<(Nanos, Nanos)>,
-    interval: Interval,
-    depth: Nanos,
+    timeline: &Timeline,
 ) -> (Grant, Option<Nanos>) {
     let (from, returned) = match give_back {
         Some((lo, end)) if end == tat => (lo, true),
         _ => (tat, false),
     };
     let base = from.max(now);
-    let free = available(base, now, interval, depth);
+    let free = timeline.available(base, now);
     if free < cost || cost == 0 {
         return (Grant::Denied { tat }, None);
     }
     let units = want.max(cost).min(free);
     // `units ≤ free` so `base + units·T ≤ now + depth`, which saturating_add kept ≤ u64::MAX.
-    let next = base + units * interval.nanos();
+    let next = base + units * timeline.interval();
     (
         Grant::Granted {
             base,
@@ -131,30 +85,34 @@ pub(crate) fn grant(
 mod tests {
     use super::*;
 
-    const D: Nanos = 100; // burst 10
-    #[allow(non_snake_case)]
-    fn T() -> Interval {
-        Interval::new(10)
+    /// T = 10 ns, D = 100 ns (burst 10).
+    fn tl() -> Timeline {
+        let quota = tollgate_core::Quota::per(std::time::Duration::from_nanos(10), 1)
+            .and_then(|q| q.with_burst(10))
+            .expect("valid quota");
+        let timeline = Timeline::new(&quota);
+        assert_eq!((timeline.interval(), timeline.depth()), (10, 100));
+        timeline
     }
 
     #[test]
     fn alive_drops_positions_behind_now() {
         // Lease of 5 units at [50, 100).
-        assert_eq!(alive_units(5, 100, 0, T(), D), Some(5));
-        assert_eq!(alive_units(5, 100, 50, T(), D), Some(5));
-        assert_eq!(alive_units(5, 100, 51, T(), D), Some(4));
-        assert_eq!(alive_units(5, 100, 99, T(), D), Some(0));
-        assert_eq!(alive_units(5, 100, 100, T(), D), Some(0));
-        assert_eq!(alive_units(5, 100, 1_000, T(), D), Some(0));
+        assert_eq!(alive_units(5, 100, 0, &tl()), Some(5));
+        assert_eq!(alive_units(5, 100, 50, &tl()), Some(5));
+        assert_eq!(alive_units(5, 100, 51, &tl()), Some(4));
+        assert_eq!(alive_units(5, 100, 99, &tl()), Some(0));
+        assert_eq!(alive_units(5, 100, 100, &tl()), Some(0));
+        assert_eq!(alive_units(5, 100, 1_000, &tl()), Some(0));
         // End more than a depth ahead (clock went back): unusable.
-        assert_eq!(alive_units(5, 300, 100, T(), D), None);
+        assert_eq!(alive_units(5, 300, 100, &tl()), None);
     }
 
     #[test]
     fn grant_takes_what_is_free() {
         // Fresh: 10 free; want 4 → [0, 40).
         assert_eq!(
-            grant(0, 0, 1, 4, None, T(), D),
+            grant(0, 0, 1, 4, None, &tl()),
             (
                 Grant::Granted {
                     base: 0,
@@ -166,7 +124,7 @@ mod tests {
         );
         // Only 2 free at TAT 80: a cost of 2 gets 2, a cost of 3 is denied and writes nothing.
         assert_eq!(
-            grant(80, 0, 2, 4, None, T(), D),
+            grant(80, 0, 2, 4, None, &tl()),
             (
                 Grant::Granted {
                     base: 80,
@@ -177,7 +135,7 @@ mod tests {
             )
         );
         assert_eq!(
-            grant(80, 0, 3, 4, None, T(), D),
+            grant(80, 0, 3, 4, None, &tl()),
             (Grant::Denied { tat: 80 }, None)
         );
     }
@@ -186,7 +144,7 @@ mod tests {
     fn give_back_only_when_tail() {
         // Our lease [60, 100) unused from 70: give back [70, 100) and re-grant from 70.
         assert_eq!(
-            grant(100, 0, 1, 3, Some((70, 100)), T(), D),
+            grant(100, 0, 1, 3, Some((70, 100)), &tl()),
             (
                 Grant::Granted {
                     base: 70,
@@ -198,7 +156,7 @@ mod tests {
         );
         // Someone granted above us (TAT 120): no give-back.
         assert_eq!(
-            grant(120, 30, 1, 3, Some((70, 100)), T(), D),
+            grant(120, 30, 1, 3, Some((70, 100)), &tl()),
             (
                 Grant::Granted {
                     base: 120,
@@ -210,7 +168,7 @@ mod tests {
         );
         // A denial writes nothing even when a give-back was possible.
         assert_eq!(
-            grant(100, 0, 5, 5, Some((90, 100)), T(), D),
+            grant(100, 0, 5, 5, Some((90, 100)), &tl()),
             (Grant::Denied { tat: 100 }, None)
         );
     }
@@ -218,17 +176,19 @@ mod tests {
     #[test]
     fn interval_division_matches_plain_division() {
         for nanos in [1, 2, 3, 8, 10, 1 << 20, 999_999_937] {
-            let interval = Interval::new(nanos);
+            let quota = tollgate_core::Quota::per(std::time::Duration::from_nanos(nanos), 1)
+                .expect("valid quota");
+            let timeline = Timeline::new(&quota);
             for x in [0, 1, 7, 1_000, 123_456_789, Nanos::MAX] {
-                assert_eq!(interval.units_in(x), x / nanos);
+                assert_eq!(timeline.units_in(x), x / nanos);
             }
         }
     }
 
     #[test]
     fn huge_times_do_not_overflow() {
-        let (g, next) = grant(Nanos::MAX - 5, Nanos::MAX - 50, 1, 4, None, T(), D);
+        let (g, next) = grant(Nanos::MAX - 5, Nanos::MAX - 50, 1, 4, None, &tl());
         assert!(matches!(g, Grant::Denied { .. }) || next.is_some());
-        assert_eq!(available(0, Nanos::MAX, T(), D), 0);
+        assert_eq!(tl().available(0, Nanos::MAX), 0);
     }
 }

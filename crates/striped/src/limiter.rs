@@ -4,12 +4,13 @@ use std::fmt;
 
 use crossbeam_utils::CachePadded;
 use tollgate_core::algorithm::Algorithm;
+use tollgate_core::algorithm::gcra::Timeline;
 use tollgate_core::{
     AtomicState, CheckError, Clock, Decision, Gcra, Limiter, MonotonicClock, Nanos, Quota,
     QuotaError,
 };
 
-use crate::grant::{Grant, Interval, alive_units, available, grant};
+use crate::grant::{Grant, alive_units, grant};
 use crate::lease::LeaseWord;
 use crate::sync::{AtomicU64, Ordering, thread_ordinal};
 
@@ -183,8 +184,8 @@ impl Stripe {
 pub struct StripedLimiter<C = MonotonicClock> {
     shared: CachePadded<AtomicState>,
     gcra: Gcra,
-    interval: Interval,
-    depth: Nanos,
+    /// The GCRA timeline arithmetic (core's, shared with `Gcra` and the shaper).
+    timeline: Timeline,
     stripes: Box<[CachePadded<Stripe>]>,
     mask: usize,
     min_lease: u64,
@@ -259,8 +260,7 @@ impl<C: Clock> StripedLimiter<C> {
             .collect();
         Ok(StripedLimiter {
             shared: CachePadded::new(AtomicState::new(0)),
-            interval: Interval::new(gcra.interval()),
-            depth: gcra.depth(),
+            timeline: *gcra.timeline(),
             gcra,
             stripes,
             mask: count - 1,
@@ -401,7 +401,7 @@ impl<C: Clock> StripedLimiter<C> {
             // on, and loom explores no load-buffering executions, so no model can fail without
             // this Acquire (or that Release): they are kept on the memory-model argument alone.
             let end = stripe.end.load(Ordering::Acquire);
-            let alive = alive_units(word.units(), end, now, self.interval, self.depth);
+            let alive = alive_units(word.units(), end, now, &self.timeline);
             match alive {
                 Some(alive) if alive >= cost => {
                     let next = word.with_units(alive - cost);
@@ -482,11 +482,11 @@ impl<C: Clock> StripedLimiter<C> {
         let alive = if word.is_locked() {
             0
         } else {
-            alive_units(word.units(), end, now, self.interval, self.depth).unwrap_or(0)
+            alive_units(word.units(), end, now, &self.timeline).unwrap_or(0)
         };
         let tat = self.shared.load();
         if alive >= cost {
-            let free = available(tat, now, self.interval, self.depth);
+            let free = self.timeline.available(tat, now);
             return Ok(Self::allowed(alive - cost, free, tat.max(end), now));
         }
         Ok(self.gcra.decide(tat, now, cost)?.decision)
@@ -522,7 +522,7 @@ impl<C: Clock> StripedLimiter<C> {
                 size = (size / 2).max(self.min_lease);
             }
         }
-        let give_back = (alive > 0).then(|| (end - alive * self.interval.nanos(), end));
+        let give_back = (alive > 0).then(|| (end - alive * self.timeline.interval(), end));
         let want = size.max(cost);
         let outcome = self.take(now, cost, want, give_back);
         match outcome {
@@ -532,13 +532,13 @@ impl<C: Clock> StripedLimiter<C> {
                 returned,
             } => {
                 let lost = if returned { dead } else { dead + alive };
-                let new_end = base + units * self.interval.nanos();
+                let new_end = base + units * self.timeline.interval();
                 // Relaxed stores: published by the Release store of the word below.
                 stripe.size.store(size, Ordering::Relaxed);
                 stripe.taken_at.store(now, Ordering::Relaxed);
                 stripe.installed.store(units - cost, Ordering::Relaxed);
                 // The shared TAT is now `new_end` (our grant's end), unless someone grants above it.
-                let free = available(new_end, now, self.interval, self.depth);
+                let free = self.timeline.available(new_end, now);
                 stripe.tat_seen.store(new_end, Ordering::Relaxed);
                 stripe.free_seen.store(free, Ordering::Relaxed);
                 // RMW: fast-path callers that won their CAS before our lock may still be adding.
@@ -582,8 +582,7 @@ impl<C: Clock> StripedLimiter<C> {
                     cost,
                     want,
                     give_back,
-                    self.interval,
-                    self.depth,
+                    &self.timeline,
                 ))
             })
             .map(|(result, _)| result)
@@ -596,9 +595,9 @@ impl<C: Clock> StripedLimiter<C> {
         let outcome = self.take(now, cost, cost, None);
         match outcome {
             Grant::Granted { base, units, .. } => {
-                let tat = base + units * self.interval.nanos();
+                let tat = base + units * self.timeline.interval();
                 (
-                    Self::allowed(0, available(tat, now, self.interval, self.depth), tat, now),
+                    Self::allowed(0, self.timeline.available(tat, now), tat, now),
                     LeaseReceipt::Shared { end: tat },
                 )
             }
@@ -664,7 +663,7 @@ impl<C: Clock> StripedLimiter<C> {
                 }
             }
             LeaseReceipt::Shared { end } => {
-                let back = cost.saturating_mul(self.interval.nanos());
+                let back = cost.saturating_mul(self.timeline.interval());
                 self.shared
                     .update(self.shared.load(), |tat| {
                         let next = (tat == end && cost > 0).then(|| tat.saturating_sub(back));
@@ -692,7 +691,7 @@ impl<C: Clock> StripedLimiter<C> {
             Ok(transition) if !transition.decision.is_allowed() => transition.decision,
             // The shared state freed up between our attempt and this call's arithmetic (cannot
             // happen: same inputs); fail closed with the shortest honest wait.
-            _ => Decision::denied(self.interval.nanos(), tat.saturating_sub(now)),
+            _ => Decision::denied(self.timeline.interval(), tat.saturating_sub(now)),
         }
     }
 
@@ -721,7 +720,7 @@ impl<C: Clock> StripedLimiter<C> {
                 // Relaxed: a diagnostic snapshot.
                 let word = LeaseWord::from_bits(stripe.word.load(Ordering::Relaxed));
                 let end = stripe.end.load(Ordering::Relaxed);
-                alive_units(word.units(), end, now, self.interval, self.depth).unwrap_or(0)
+                alive_units(word.units(), end, now, &self.timeline).unwrap_or(0)
             })
             .sum()
     }

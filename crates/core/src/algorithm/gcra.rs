@@ -15,43 +15,88 @@ use crate::clock::Nanos;
 use crate::decision::{CheckError, Decision};
 use crate::quota::{Quota, QuotaError};
 
-/// One step of the TAT arithmetic shared by [`Gcra`], [`LeakyBucket`](crate::LeakyBucket) and
-/// [`Shaper`](crate::Shaper).
+/// One step on a [`Timeline`]: where a request of some cost would move the TAT.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct TatStep {
+pub struct TatStep {
     /// The TAT after admitting the request.
     pub new_tat: Nanos,
     /// The earliest instant at which the request fits within the bucket depth.
     pub allow_at: Nanos,
 }
 
-/// GCRA's timing: emission interval `T` and bucket depth `D = burst × T`, in nanoseconds.
+/// GCRA's timeline: emission interval `T` and bucket depth `D = burst × T`, in nanoseconds, and the
+/// arithmetic on a theoretical arrival time (TAT) that every GCRA storage shares: [`Gcra`] and
+/// [`LeakyBucket`](crate::LeakyBucket) (one word), the [`Shaper`](crate::Shaper) (a queue as extra
+/// depth), the striped limiter's leases (units of a lease still ahead of `now`, units the shared TAT
+/// can still grant), the Redis lease mode's core oracle. One home, so a rounding rule cannot differ
+/// between them.
+///
+/// Division by `T` ([`units_in`](Self::units_in)) is a multiply and shift (a shift for a
+/// power-of-two `T`): a hardware 64-bit divide is the slowest instruction on the allow path, and
+/// `remaining` needs one per admission.
+///
+/// ```
+/// use tollgate_core::{Quota, algorithm::gcra::Timeline};
+/// // 10 per second, bucket of 5: T = 100 ms, D = 500 ms.
+/// let timeline = Timeline::new(&Quota::per_second(10)?.with_burst(5)?);
+/// let second = 1_000_000_000;
+/// // A TAT 200 ms ahead of now: 3 of the 5 units can still be granted.
+/// assert_eq!(timeline.available(second + 200_000_000, second), 3);
+/// let step = timeline.step(second + 200_000_000, second, 3).unwrap();
+/// assert_eq!(step.new_tat, second + 500_000_000);
+/// assert_eq!(step.allow_at, second); // fits exactly now
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct TatParams {
-    pub interval: Nanos,
-    pub depth: Nanos,
-    /// Division by `T` as a multiply and shift: a hardware 64-bit divide is the slowest instruction
-    /// on the allow path (tens of cycles), and `remaining` needs one per admission.
+pub struct Timeline {
+    interval: Nanos,
+    depth: Nanos,
     per_interval: StrengthReducedU64,
 }
 
-impl PartialEq for TatParams {
+impl PartialEq for Timeline {
     fn eq(&self, other: &Self) -> bool {
         (self.interval, self.depth) == (other.interval, other.depth)
     }
 }
 
-impl Eq for TatParams {}
+impl Eq for Timeline {}
 
-impl TatParams {
+impl Timeline {
+    /// The timeline of `quota`: `T` = its emission interval, `D` = burst × `T`.
     pub fn new(quota: &Quota) -> Self {
         let interval = quota.emission_interval_nanos();
-        TatParams {
+        Timeline {
             interval,
             depth: quota.burst_nanos(),
             // `interval >= 1`: checked when the quota was built.
             per_interval: StrengthReducedU64::new(interval),
         }
+    }
+
+    /// The emission interval `T` in nanoseconds.
+    #[inline]
+    pub fn interval(&self) -> Nanos {
+        self.interval
+    }
+
+    /// The bucket depth `D = burst × T` in nanoseconds.
+    #[inline]
+    pub fn depth(&self) -> Nanos {
+        self.depth
+    }
+
+    /// `x / T`, rounded down: how many whole emission intervals `x` nanoseconds hold.
+    #[inline]
+    pub fn units_in(&self, x: Nanos) -> u64 {
+        x / self.per_interval
+    }
+
+    /// Units a GCRA at `tat` could grant at `now`: `(now + D − max(tat, now)) / T`, 0 when the TAT is
+    /// a whole depth or more ahead.
+    #[inline]
+    pub fn available(&self, tat: Nanos, now: Nanos) -> u64 {
+        self.units_in(now.saturating_add(self.depth).saturating_sub(tat.max(now)))
     }
 
     /// `cost` units arriving at `now` against `tat`. `None` when the new TAT would pass the end of the
@@ -92,7 +137,7 @@ impl TatParams {
         }
         // Here `now <= new_tat <= now + depth`, so neither subtraction wraps.
         let ahead = step.new_tat - now;
-        let decision = Decision::allowed((self.depth - ahead) / self.per_interval, ahead);
+        let decision = Decision::allowed(self.units_in(self.depth - ahead), ahead);
         if cost == 0 {
             // Asking for nothing consumes nothing: do not move a stale TAT up to `now`.
             Transition::unchanged(decision)
@@ -127,18 +172,23 @@ impl TatParams {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Gcra {
     quota: Quota,
-    params: TatParams,
+    params: Timeline,
 }
 
 impl Gcra {
     /// The emission interval `T` in nanoseconds.
     pub fn interval(&self) -> Nanos {
-        self.params.interval
+        self.params.interval()
     }
 
     /// The bucket depth `burst × T` in nanoseconds.
     pub fn depth(&self) -> Nanos {
-        self.params.depth
+        self.params.depth()
+    }
+
+    /// The timeline arithmetic this algorithm decides with.
+    pub fn timeline(&self) -> &Timeline {
+        &self.params
     }
 }
 
@@ -148,7 +198,7 @@ impl Algorithm for Gcra {
     fn from_quota(quota: Quota) -> Result<Self, QuotaError> {
         Ok(Gcra {
             quota,
-            params: TatParams::new(&quota),
+            params: Timeline::new(&quota),
         })
     }
 
