@@ -528,3 +528,63 @@ fn a_striped_rule_rebuilt_for_a_new_quota_keeps_its_place_on_the_timeline() {
     assert!(!p.check_at(&[], SEC, 1).unwrap().is_allowed());
     assert!(p.check_at(&[], 2 * SEC, 20).unwrap().is_allowed());
 }
+
+#[test]
+fn reloads_under_load_lose_no_decision_and_admit_the_global_burst_exactly() {
+    // Two threads decide at one frozen instant while the main thread reloads 100 times, changing a
+    // keyed rule's override each time (the global rule's identity and quota stay): every decision is
+    // answered, and the global rule admits exactly its burst, refunds included.
+    let config = |pro: u64| {
+        PolicyConfig::from_toml(&format!(
+            r#"
+            [[rules]]
+            name = "per_worker"
+            match = {{ worker = "any" }}
+            key = ["worker"]
+            limit = 100000
+            period = "1s"
+            capacity = 16
+            [[rules]]
+            name = "global"
+            limit = 1000
+            period = "1s"
+            [[overrides]]
+            rule = "per_worker"
+            values = ["pro"]
+            limit = {pro}
+            period = "1s"
+            "#
+        ))
+        .unwrap()
+    };
+    let p = std::sync::Arc::new(Policy::with_clock(config(1), ManualClock::new()).unwrap());
+    let workers: Vec<_> = ["w0", "w1"]
+        .into_iter()
+        .map(|w| {
+            let p = p.clone();
+            std::thread::spawn(move || {
+                (0..800)
+                    .filter(|_| p.check_at(&[("worker", w)], SEC, 1).unwrap().is_allowed())
+                    .count()
+            })
+        })
+        .collect();
+    for i in 0..100 {
+        p.reload(config(2 + i % 2)).unwrap();
+    }
+    let admitted: usize = workers.into_iter().map(|h| h.join().unwrap()).sum();
+    assert_eq!(admitted, 1000);
+    let stats = p.snapshot();
+    assert_eq!(stats.rule("global").unwrap().allowed, 1000);
+    assert_eq!(stats.rule("global").unwrap().denied, 600);
+    // Every denied request was refunded by per_worker: each worker's key spent only its admissions.
+    let mut out = Vec::new();
+    let total_left: u64 = ["w0", "w1"]
+        .iter()
+        .map(|w| {
+            p.check_detailed_at(&[("worker", w)], SEC, 1, &mut out).unwrap();
+            out[0].decision.remaining() + 1
+        })
+        .sum();
+    assert_eq!(total_left, 2 * 100_000 - 1000);
+}
