@@ -106,6 +106,10 @@ pub struct Header {
     pub loadavg_before: String,
     /// Load average when it ended.
     pub loadavg_after: String,
+    /// Sizes in bytes of the values a decision returns and of the limiters (see
+    /// [`crate::targets::layout`]).
+    #[serde(default)]
+    pub layout: Vec<(String, usize)>,
 }
 
 /// The whole `--json` file.
@@ -215,6 +219,14 @@ pub fn markdown(header: &Header, records: &[Record], plots: &[&str]) -> String {
         },
         header.timer_overhead_ns
     );
+    if !header.layout.is_empty() {
+        let sizes: Vec<String> = header
+            .layout
+            .iter()
+            .map(|(name, bytes)| format!("`{name}` {bytes} B"))
+            .collect();
+        let _ = writeln!(md, "- sizes: {}", sizes.join(", "));
+    }
     let _ = writeln!(
         md,
         "- load average before / after: {} / {}\n",

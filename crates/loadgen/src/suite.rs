@@ -380,6 +380,7 @@ pub fn run_suite(args: &RunArgs, command: &str) -> Result<Vec<Record>, SuiteErro
         timer_is_tsc: timer.tsc,
         loadavg_before,
         loadavg_after: machine::loadavg(),
+        layout: targets::layout(),
     };
     write_suite(args, &header, &records)?;
     println!("{}", report::summary_table(&records));

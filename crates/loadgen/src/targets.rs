@@ -614,6 +614,35 @@ fn with_clock<C: Clock + Clone + 'static, V: Visit>(
     }
 }
 
+/// Sizes in bytes of what a decision returns and of the limiters measured: Tollgate's `Decision`
+/// and `check_n`'s `Result`, governor's `check` result, and the limiter structs on the coarse clock.
+pub fn layout() -> Vec<(String, usize)> {
+    use std::mem::size_of;
+    type GovResult = Result<(), governor::NotUntil<governor::nanos::Nanos>>;
+    vec![
+        (
+            "tollgate_core::Decision".into(),
+            size_of::<tollgate_core::Decision>(),
+        ),
+        (
+            "Result<Decision, CheckError>".into(),
+            size_of::<Result<tollgate_core::Decision, tollgate_core::CheckError>>(),
+        ),
+        (
+            "governor Result<(), NotUntil<Nanos>>".into(),
+            size_of::<GovResult>(),
+        ),
+        (
+            "GcraLimiter<CoarseClock>".into(),
+            size_of::<AtomicLimiter<Gcra, CoarseClock>>(),
+        ),
+        (
+            "governor RateLimiter<NotKeyed, InMemoryState, CoarseClock>".into(),
+            size_of::<GovDirect<CoarseClock>>(),
+        ),
+    ]
+}
+
 /// Builds `imp` with the quota for `mode` on `clock`, sized for `keys` distinct keys (keyed
 /// implementations), and hands it to `v`.
 ///
