@@ -113,8 +113,8 @@ impl KeyDist {
     ///   uniformly; so every key occurs at least once per pass through the stream.
     /// * `zipf:K:S`: length about `max(min_len, ZIPF_PASSES × K)`; key `k` occurs
     ///   `max(1, round(len × p_k))` times. The "at least once" of the tail adds a little mass there
-    ///   (about 1.5 % of the stream at 1 M keys and `S = 1`, 1 % at 10 k keys); the head keeps its
-    ///   exact Zipf shares.
+    ///   (1.2 % of the stream at 1 M keys and `S = 1`; at 10 k keys rounding dominates and the
+    ///   stream is 0.15 % short of its target); the head keeps its exact Zipf shares.
     ///
     /// The same seed gives the same stream; different seeds give differently shuffled streams.
     pub fn stream(&self, min_len: usize, seed: u64) -> Vec<u64> {
