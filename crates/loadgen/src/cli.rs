@@ -39,6 +39,20 @@ pub enum Command {
     Accuracy(AccuracyArgs),
     /// Rewrite the Markdown report and plots from a suite JSON, without measuring again.
     Report(ReportArgs),
+    /// One table of every Tollgate row's ratio to governor across several suite JSONs (one per
+    /// clock), from the committed runs, without measuring again.
+    Ratios(RatiosArgs),
+}
+
+/// Options of `ratios`.
+#[derive(Clone, Debug, Args)]
+pub struct RatiosArgs {
+    /// Suite JSON files, comma-separated, one column pair each (labelled by their clock).
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub json: Vec<PathBuf>,
+    /// Markdown file to write (the table is also printed).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
 }
 
 /// Options of `report`.
@@ -103,9 +117,14 @@ pub struct RunArgs {
     /// Decisions per timed batch in closed loop.
     #[arg(long, default_value_t = 64)]
     pub batch: u32,
-    /// Keys pregenerated per thread (rounded up to a power of two), cycled through.
+    /// Least keys pregenerated per thread, cycled through. Streams grow to cover the key space:
+    /// uniform at least one pass over every key, Zipf at least 8 × keys with every key present.
     #[arg(long, default_value_t = 1 << 16)]
     pub stream_len: usize,
+    /// Measure every run this many times, interleaved (the whole plan once, then again in reverse
+    /// order, ...); each row reports the run with the median ns/decision and lists all of them.
+    #[arg(long, default_value_t = 1)]
+    pub repeat: usize,
     /// Seed of the key streams.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,

@@ -1,4 +1,12 @@
 //! Key distributions and the per-thread key streams pregenerated from them.
+//!
+//! A run's stream must *cover* its key space: a `uniform:1000000` scenario that only ever touches
+//! 65 k keys is not a 1 M-key measurement. [`KeyDist::stream`] therefore builds each stream by
+//! apportioning, not by sampling: every key gets its expected share of the stream (at least one
+//! occurrence), then the stream is shuffled. Drawing keys on the fly instead would put a random
+//! draw (and, for Zipf, a binary search over a 1 M-entry CDF: several cache misses) on the timed
+//! path, whose cost would then have to be measured and subtracted; a pregenerated stream costs one
+//! sequential load per decision, which the hardware prefetcher hides.
 
 use std::fmt;
 use std::str::FromStr;
@@ -97,12 +105,81 @@ impl KeyDist {
         KeySampler { dist: *self, cdf }
     }
 
-    /// `len` keys drawn with a generator seeded by `seed` (the same seed gives the same stream).
+    /// A shuffled key stream of at least `min_len` keys that covers the key space: every key
+    /// `0..key_count()` occurs at least once, each as often as its probability says, rounded.
+    ///
+    /// * `single`: `min_len` zeros.
+    /// * `uniform:K`: `max(min_len, K)` keys, each key `⌊len / K⌋` times plus the remainder drawn
+    ///   uniformly; so every key occurs at least once per pass through the stream.
+    /// * `zipf:K:S`: length about `max(min_len, ZIPF_PASSES × K)`; key `k` occurs
+    ///   `max(1, round(len × p_k))` times. The "at least once" of the tail adds a little mass there
+    ///   (1.2 % of the stream at 1 M keys and `S = 1`; at 10 k keys rounding dominates and the
+    ///   stream is 0.15 % short of its target); the head keeps its exact Zipf shares.
+    ///
+    /// The same seed gives the same stream; different seeds give differently shuffled streams.
+    pub fn stream(&self, min_len: usize, seed: u64) -> Vec<u64> {
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let mut out = match *self {
+            KeyDist::Single => return vec![0; min_len.max(1)],
+            KeyDist::Uniform { keys } => {
+                let keys_usize = usize::try_from(keys).unwrap_or(usize::MAX);
+                let len = min_len.max(keys_usize);
+                let per_key = (len / keys_usize) as u64;
+                let mut out = Vec::with_capacity(len);
+                for key in 0..keys {
+                    out.extend(std::iter::repeat_n(key, per_key as usize));
+                }
+                while out.len() < len {
+                    out.push(rng.random_range(0..keys));
+                }
+                out
+            }
+            KeyDist::Zipf { keys, s } => {
+                let target = min_len.max(usize::try_from(keys).unwrap_or(usize::MAX) * ZIPF_PASSES);
+                let cdf = zipf_cdf(keys, s);
+                let mut out = Vec::with_capacity(target + target / 16);
+                let mut previous = 0.0;
+                for (key, &c) in cdf.iter().enumerate() {
+                    let count = ((c - previous) * target as f64).round().max(1.0) as usize;
+                    previous = c;
+                    out.extend(std::iter::repeat_n(key as u64, count));
+                }
+                out
+            }
+        };
+        // Fisher-Yates: a uniformly random order of the apportioned multiset.
+        for i in (1..out.len()).rev() {
+            out.swap(i, rng.random_range(0..=i));
+        }
+        out
+    }
+
+    /// `len` keys drawn independently with a generator seeded by `seed` (the same seed gives the same
+    /// stream). Unlike [`stream`](Self::stream), a short i.i.d. stream need not cover the key space.
     pub fn generate(&self, len: usize, seed: u64) -> Vec<u64> {
         let sampler = self.sampler();
         let mut rng = SmallRng::seed_from_u64(seed);
         (0..len).map(|_| sampler.sample(&mut rng)).collect()
     }
+}
+
+/// A Zipf stream is at least this many times its key count long, so the tail's "at least once"
+/// distorts the distribution little (see [`KeyDist::stream`]).
+pub const ZIPF_PASSES: usize = 8;
+
+/// Distinct keys of `0..key_count` that occur in `stream` (keys outside the range are not counted).
+pub fn distinct_keys(stream: &[u64], key_count: u64) -> u64 {
+    let mut seen = vec![false; usize::try_from(key_count).unwrap_or(usize::MAX)];
+    let mut distinct = 0;
+    for &key in stream {
+        if let Some(slot) = usize::try_from(key).ok().and_then(|k| seen.get_mut(k)) {
+            if !*slot {
+                *slot = true;
+                distinct += 1;
+            }
+        }
+    }
+    distinct
 }
 
 /// Normalised cumulative weights `1/k^s`, k = 1..=keys.
@@ -180,6 +257,56 @@ mod tests {
         assert_ne!(a, dist.generate(10_000, 8));
         assert!(a.iter().all(|&k| k < 100));
         assert!(KeyDist::Single.generate(10, 1).iter().all(|&k| k == 0));
+    }
+
+    #[test]
+    fn streams_cover_their_key_space() {
+        // The default stream length (64 Ki) is far below a million keys: the stream grows to cover.
+        for text in [
+            "uniform:1000000",
+            "zipf:1000000:1.0",
+            "uniform:10000",
+            "zipf:10000:1.0",
+            "zipf:1000:2.5",
+            "single",
+        ] {
+            let dist: KeyDist = text.parse().unwrap();
+            let stream = dist.stream(1 << 16, 42);
+            assert!(stream.len() >= 1 << 16, "{text}");
+            assert_eq!(
+                distinct_keys(&stream, dist.key_count()),
+                dist.key_count(),
+                "{text}: every key occurs"
+            );
+            assert!(stream.iter().all(|&k| k < dist.key_count()), "{text}");
+        }
+        // An i.i.d. stream of the same default length does not (what the audit found: ~65 k keys).
+        let dist: KeyDist = "uniform:1000000".parse().unwrap();
+        assert!(distinct_keys(&dist.generate(1 << 16, 42), 1_000_000) < 70_000);
+    }
+
+    #[test]
+    fn covering_streams_keep_their_distribution() {
+        let dist: KeyDist = "uniform:1000".parse().unwrap();
+        let stream = dist.stream(100_000, 1);
+        assert_eq!(stream.len(), 100_000);
+        let mut counts = vec![0u32; 1000];
+        for &k in &stream {
+            counts[k as usize] += 1;
+        }
+        assert!(counts.iter().all(|&c| c == 100 || c > 100 && c < 110));
+        // Zipf(1.0): rank 1 twice as frequent as rank 2, three times rank 3; shuffled, seeded.
+        let dist: KeyDist = "zipf:10000:1.0".parse().unwrap();
+        let stream = dist.stream(1 << 16, 3);
+        let count = |key: u64| stream.iter().filter(|&&k| k == key).count() as f64;
+        assert!((1.99..2.01).contains(&(count(0) / count(1))));
+        assert!((2.98..3.02).contains(&(count(0) / count(2))));
+        assert!(stream[..100].iter().any(|&k| k > 100), "shuffled");
+        assert_eq!(stream, dist.stream(1 << 16, 3));
+        assert_ne!(stream, dist.stream(1 << 16, 4));
+        // The tail's "at least once" adds little mass: ≤ 2 % beyond the target length.
+        let target = (1usize << 16).max(10_000 * ZIPF_PASSES);
+        assert!(stream.len() < target + target / 50, "{}", stream.len());
     }
 
     #[test]

@@ -11,8 +11,22 @@
 //! pinned to cores with `core_affinity` when `N` ≤ cores (otherwise unpinned and flagged
 //! *oversubscribed* in every output). Threads start together on a `Barrier`, run a warm-up, then are
 //! measured until an `AtomicU8` phase flag says stop. Every thread cycles through its own
-//! pregenerated key stream (64 Ki keys by default, drawn from the chosen distribution before the
-//! run), so no random number is drawn on the timed path.
+//! pregenerated key stream, so no random number is drawn on the timed path.
+//!
+//! **Key streams cover the key space.** A stream is at least `--stream-len` keys (64 Ki by default)
+//! and is built by apportioning, then shuffling ([`keys::KeyDist::stream`]): `uniform:K` holds every
+//! key equally often (at least once, so `uniform:1000000` touches all 1 M keys per pass), `zipf:K:S`
+//! holds about `8 × K` keys, each key its rounded Zipf share and at least once. Each record carries
+//! `stream_len` and `stream_keys` (distinct keys in the stream), so the coverage is in the results.
+//!
+//! **Keyed tables are prefilled.** Before the warm-up every key of the scenario's key space is decided
+//! once (`prefilled` in the record), for Tollgate's and governor's keyed limiters alike: no
+//! first-touch insert falls in the measured time, and in deny mode every measured decision is a
+//! denial of a key already held.
+//!
+//! **Repetitions.** `--repeat N` runs the whole plan N times, interleaved (forwards, then backwards,
+//! ...), and each row reports the repetition with the median ns/decision, listing all of them in
+//! `ns_per_decision_runs`: on a shared machine one run of a row can land on a bad moment.
 //!
 //! **ns/decision (closed loop).** A decision costs a few nanoseconds, about what reading the clock
 //! costs, so decisions are timed in batches: one `quanta` raw (TSC) read before and after each batch
@@ -33,8 +47,15 @@
 //! header says which was used. On a virtual machine the TSC may tick coarsely (the committed run's
 //! samples come in steps of 10 ns), which quantises the percentiles, not the batch means.
 //!
-//! **The floor.** The `clock_only` row reads the clock and decides nothing: every other row's
-//! ns/decision includes that one clock read, so the difference is the limiter's own cost.
+//! **The floors.** The `clock_only` row reads the clock and decides nothing: every other row's
+//! ns/decision includes that one clock read, so the difference is the limiter's own cost. The
+//! `cas_floor` row is the least a correct one-word lock-free limiter does: the clock read, one load
+//! of a padded word and, when admitting, one compare-and-swap; no quota arithmetic, no result
+//! beyond a boolean. `--clock fixed` gives every limiter (Tollgate's and the peers') a
+//! caller-supplied instant, read from a plain field ([`targets::FixedClock`]): what
+//! `check_at(now, ..)` costs at a precomputed `now`, the limiter's own cost with no clock read.
+//! The report's ratio table divides each Tollgate row by governor's in the same run and shows the
+//! floor's ratio beside it.
 //!
 //! **Open loop.** With `--loop open` (or one run per implementation under the default `both`) every
 //! thread issues decisions on a fixed schedule (`rate / threads` per second each), times each one,
@@ -46,7 +67,8 @@
 //! 16 383/s, so on one key they mostly deny — the allowed fraction column shows it); `deny` gives
 //! one per hour, so after the first request every decision is a denial (the read-only path). Peers
 //! read the same clock as Tollgate through an adapter ([`targets::SharedClock`]) so clock cost is
-//! equal; `--clock coarse` switches everyone to a cached 1 ms clock.
+//! equal; `--clock coarse` switches everyone to a cached 1 ms clock, `--clock fixed` to a given
+//! instant.
 //!
 //! **Bytes per key.** Keyed runs report heap bytes per key: with [`alloc::CountingAlloc`] as the
 //! global allocator (the binary installs it), a fresh limiter is built and each of the `K` keys is

@@ -18,6 +18,7 @@ fn main() -> ExitCode {
         Some(Command::Run(args)) => suite::run_suite(args, &command).map(|_| ()),
         Some(Command::Accuracy(args)) => suite::run_accuracy(args, &command),
         Some(Command::Report(args)) => suite::rewrite_report(&args.json, args.out.as_deref()),
+        Some(Command::Ratios(args)) => suite::write_ratios(&args.json, args.out.as_deref()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

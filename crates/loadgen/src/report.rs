@@ -66,6 +66,20 @@ pub struct Record {
     pub samples: u64,
     /// (quantile, ns) points of the latency curve.
     pub percentiles: Vec<(f64, u64)>,
+    /// Keyed runs: every key of the scenario was decided once before the warm-up, so no
+    /// first-touch insert falls in the measured time.
+    #[serde(default)]
+    pub prefilled: bool,
+    /// Keys in each thread's stream (one pass).
+    #[serde(default)]
+    pub stream_len: u64,
+    /// Distinct keys in the shortest-covering thread's stream (equal to `keys` when it covers).
+    #[serde(default)]
+    pub stream_keys: u64,
+    /// ns/decision of every repetition of this run (`--repeat`), in run order; the record's other
+    /// figures come from the repetition with the median.
+    #[serde(default)]
+    pub ns_per_decision_runs: Vec<f64>,
 }
 
 /// How the run was made: the JSON header.
@@ -92,6 +106,10 @@ pub struct Header {
     pub loadavg_before: String,
     /// Load average when it ended.
     pub loadavg_after: String,
+    /// Sizes in bytes of the values a decision returns and of the limiters (see
+    /// [`crate::targets::layout`]).
+    #[serde(default)]
+    pub layout: Vec<(String, usize)>,
 }
 
 /// The whole `--json` file.
@@ -201,6 +219,14 @@ pub fn markdown(header: &Header, records: &[Record], plots: &[&str]) -> String {
         },
         header.timer_overhead_ns
     );
+    if !header.layout.is_empty() {
+        let sizes: Vec<String> = header
+            .layout
+            .iter()
+            .map(|(name, bytes)| format!("`{name}` {bytes} B"))
+            .collect();
+        let _ = writeln!(md, "- sizes: {}", sizes.join(", "));
+    }
     let _ = writeln!(
         md,
         "- load average before / after: {} / {}\n",
@@ -259,11 +285,198 @@ pub fn markdown(header: &Header, records: &[Record], plots: &[&str]) -> String {
         }
         md.push('\n');
     }
+    md.push_str(&ratio_table(records));
     if !plots.is_empty() {
         md.push_str("## Plots\n\n");
         for p in plots {
             let _ = writeln!(md, "![{p}]({p})\n");
         }
+    }
+    md
+}
+
+/// The peer a Tollgate row is compared with: governor's keyed limiter for keyed implementations,
+/// its direct limiter otherwise.
+pub fn peer_of(imp: &str) -> &'static str {
+    if imp.starts_with("keyed_") {
+        "governor_keyed"
+    } else {
+        "governor"
+    }
+}
+
+/// One Tollgate row against governor in the same run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Ratio {
+    /// Tollgate implementation.
+    pub imp: String,
+    /// `allow` or `deny`.
+    pub quota_mode: String,
+    /// Key distribution.
+    pub key_dist: String,
+    /// Threads.
+    pub threads: usize,
+    /// Tollgate's ns/decision.
+    pub ns: f64,
+    /// The peer's ns/decision, same scenario and threads.
+    pub peer_ns: f64,
+    /// `ns / peer_ns`.
+    pub ratio: f64,
+    /// The floor of the path in the same run (`cas_floor`, unkeyed rows), ns/decision, if measured.
+    pub floor_ns: Option<f64>,
+    /// `clock_only` in the same run, same quota mode and threads.
+    pub clock_ns: Option<f64>,
+}
+
+impl Ratio {
+    /// The best ratio any implementation at the measured floor could show: `floor / peer`.
+    pub fn floor_ratio(&self) -> Option<f64> {
+        self.floor_ns.map(|f| f / self.peer_ns)
+    }
+
+    /// `≤ 0.9`, `floor` (the floor itself is above 0.9 × the peer, so no limiter could be), or
+    /// `peer wins` (not explained by the floor: see the notes beside the table).
+    pub fn verdict(&self) -> &'static str {
+        if self.ratio <= 0.9 {
+            "≤ 0.9"
+        } else if self.floor_ratio().is_some_and(|f| f > 0.9) {
+            "floor"
+        } else {
+            "peer wins"
+        }
+    }
+}
+
+/// Every closed-loop Tollgate row that has a governor row beside it in `records`.
+pub fn ratios(records: &[Record]) -> Vec<Ratio> {
+    let find = |imp: &str, r: &Record, key_dist: &str| {
+        records.iter().find(|o| {
+            o.imp == imp
+                && o.loop_mode == "closed"
+                && o.quota_mode == r.quota_mode
+                && o.key_dist == key_dist
+                && o.threads == r.threads
+        })
+    };
+    records
+        .iter()
+        .filter(|r| r.family == "tollgate" && r.loop_mode == "closed")
+        .filter_map(|r| {
+            let peer = find(peer_of(&r.imp), r, &r.key_dist)?;
+            let keyed = r.imp.starts_with("keyed_");
+            Some(Ratio {
+                imp: r.imp.clone(),
+                quota_mode: r.quota_mode.clone(),
+                key_dist: r.key_dist.clone(),
+                threads: r.threads,
+                ns: r.ns_per_decision,
+                peer_ns: peer.ns_per_decision,
+                ratio: r.ns_per_decision / peer.ns_per_decision,
+                floor_ns: (!keyed)
+                    .then(|| find("cas_floor", r, "single"))
+                    .flatten()
+                    .map(|f| f.ns_per_decision),
+                clock_ns: find("clock_only", r, "single").map(|f| f.ns_per_decision),
+            })
+        })
+        .collect()
+}
+
+/// The ratio table of one run, for its report.
+pub fn ratio_table(records: &[Record]) -> String {
+    let rows = ratios(records);
+    let mut md = String::new();
+    if rows.is_empty() {
+        return md;
+    }
+    md.push_str(
+        "## Ratio to governor (same run)\n\n\
+         ns/decision of each Tollgate row ÷ governor's (keyed rows: governor's keyed limiter) in the \
+         same scenario and threads. `floor`: `cas_floor` (clock read + one load, + one CAS when \
+         admitting; nothing else) ÷ governor, the best ratio any one-word lock-free limiter could \
+         show; verdict `floor` when that is above 0.9.\n\n\
+         | impl | quota | keys | threads | ns | governor ns | ratio | clock_only ns | floor ns | floor ratio | verdict |\n\
+         |---|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n",
+    );
+    let opt =
+        |x: Option<f64>, digits: usize| x.map_or_else(|| "–".into(), |x| format!("{x:.digits$}"));
+    for r in rows {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {} | {} | {} | {} |",
+            r.imp,
+            r.quota_mode,
+            r.key_dist,
+            r.threads,
+            r.ns,
+            r.peer_ns,
+            r.ratio,
+            opt(r.clock_ns, 2),
+            opt(r.floor_ns, 2),
+            opt(r.floor_ratio(), 2),
+            r.verdict()
+        );
+    }
+    md.push('\n');
+    md
+}
+
+/// One table over several runs (one per clock): per Tollgate row, its ratio to governor at each.
+pub fn ratios_across(runs: &[(String, Vec<Record>)]) -> String {
+    let per_run: Vec<(String, Vec<Ratio>)> = runs
+        .iter()
+        .map(|(clock, records)| (clock.clone(), ratios(records)))
+        .collect();
+    let mut keys: Vec<(String, String, String, usize)> = Vec::new();
+    for (_, rows) in &per_run {
+        for r in rows {
+            let key = (
+                r.imp.clone(),
+                r.quota_mode.clone(),
+                r.key_dist.clone(),
+                r.threads,
+            );
+            if !keys.contains(&key) {
+                keys.push(key);
+            }
+        }
+    }
+    let mut md = String::new();
+    let _ = write!(md, "| impl | quota | keys | threads |");
+    for (clock, _) in &per_run {
+        let _ = write!(md, " {clock}: ns (governor) | {clock}: ratio (floor) |");
+    }
+    md.push('\n');
+    md.push_str("|---|---|---|---:|");
+    for _ in &per_run {
+        md.push_str("---:|---|");
+    }
+    md.push('\n');
+    for (imp, quota, dist, threads) in keys {
+        let _ = write!(md, "| {imp} | {quota} | {dist} | {threads} |");
+        for (_, rows) in &per_run {
+            match rows.iter().find(|r| {
+                r.imp == imp && r.quota_mode == quota && r.key_dist == dist && r.threads == threads
+            }) {
+                Some(r) => {
+                    let floor = r
+                        .floor_ratio()
+                        .map_or_else(String::new, |f| format!(" ({f:.2})"));
+                    let mark = match r.verdict() {
+                        "≤ 0.9" => "",
+                        "floor" => " floor",
+                        _ => " **peer wins**",
+                    };
+                    let _ = write!(
+                        md,
+                        " {:.1} ({:.1}) | {:.2}{floor}{mark} |",
+                        r.ns, r.peer_ns, r.ratio
+                    );
+                }
+                None => md.push_str(" – | – |"),
+            }
+        }
+        md.push('\n');
     }
     md
 }

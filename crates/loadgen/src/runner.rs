@@ -199,7 +199,7 @@ fn new_hist() -> Histogram<u64> {
 }
 
 /// Runs `target` under `cfg`, each thread cycling through its own pregenerated key stream
-/// (`streams[i % streams.len()]`, each a power-of-two length).
+/// (`streams[i % streams.len()]`, any non-empty length).
 ///
 /// `on_tick` is called about every 100 ms with the fraction of the run done (for a progress bar).
 pub fn run<T: Target>(
@@ -318,6 +318,31 @@ fn merge(stats: Vec<ThreadStats>, threads: usize, pinned: bool, oversubscribed: 
     }
 }
 
+/// Walks a key stream round and round.
+struct KeyCursor<'a> {
+    keys: &'a [u64],
+    at: usize,
+}
+
+impl<'a> KeyCursor<'a> {
+    fn new(keys: &'a [u64]) -> Self {
+        assert!(!keys.is_empty(), "a key stream needs at least one key");
+        KeyCursor { keys, at: 0 }
+    }
+
+    /// The next key. Covering streams are not powers of two long, so this wraps with a compare (a
+    /// branch taken once per pass, predicted) rather than a mask.
+    #[inline(always)]
+    fn key(&mut self) -> u64 {
+        let key = self.keys[self.at];
+        self.at += 1;
+        if self.at == self.keys.len() {
+            self.at = 0;
+        }
+        key
+    }
+}
+
 /// Back-to-back decisions: batches of `batch` timed as a whole (ns/decision), then one decision timed
 /// alone (the latency sample), repeated until stopped.
 fn closed_loop<T: Target>(
@@ -327,8 +352,7 @@ fn closed_loop<T: Target>(
     timer: &Timer,
     phase: &AtomicU8,
 ) -> ThreadStats {
-    let mask = keys.len() - 1;
-    let mut idx = 0usize;
+    let mut next = KeyCursor::new(keys);
     let mut stats = ThreadStats::empty(batch);
     let mut measuring = false;
     let mut started = 0;
@@ -346,12 +370,10 @@ fn closed_loop<T: Target>(
         let mut ok = 0u64;
         let t0 = timer.raw();
         for _ in 0..batch {
-            ok += u64::from(target.decide(keys[idx & mask]));
-            idx = idx.wrapping_add(1);
+            ok += u64::from(target.decide(next.key()));
         }
         let t1 = timer.raw();
-        let key = keys[idx & mask];
-        idx = idx.wrapping_add(1);
+        let key = next.key();
         let s0 = timer.raw();
         let one = target.decide(key);
         let s1 = timer.raw();
@@ -378,8 +400,7 @@ fn open_loop<T: Target>(
     timer: &Timer,
     phase: &AtomicU8,
 ) -> ThreadStats {
-    let mask = keys.len() - 1;
-    let mut idx = 0usize;
+    let mut keys = KeyCursor::new(keys);
     let mut stats = ThreadStats::empty(0);
     let origin = timer.raw();
     let mut next = 0u64;
@@ -401,8 +422,7 @@ fn open_loop<T: Target>(
             continue;
         }
         next += interval_ns;
-        let key = keys[idx & mask];
-        idx = idx.wrapping_add(1);
+        let key = keys.key();
         let s0 = timer.raw();
         let ok = target.decide(key);
         let s1 = timer.raw();

@@ -2,13 +2,13 @@
 
 use std::fs;
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::accuracy::{self, AccuracyConfig};
 use crate::cli::{AccuracyArgs, LoopChoice, RunArgs};
-use crate::keys::KeyDist;
+use crate::keys::{self, KeyDist};
 use crate::machine::{self, Machine};
 use crate::report::{self, Header, Record, SuiteFile};
 use crate::runner::{self, LoopMode, RunConfig, Timer};
@@ -155,11 +155,22 @@ struct Measure<'a> {
 impl Visit for Measure<'_> {
     type Out = (runner::RunResult, TargetInfo);
     fn visit<T: Target>(self, target: &T, info: &TargetInfo) -> Self::Out {
-        let _ = self.planned;
+        if self.planned.imp.keyed() {
+            prefill(target, self.planned.keys.key_count());
+        }
         (
             runner::run(target, &self.cfg, self.streams, self.timer, self.tick),
             info.clone(),
         )
+    }
+}
+
+/// Decides every key of `0..keys` once, so that the table holds the whole key space before the
+/// warm-up and no first-touch insert is timed. (In deny mode this also spends each key's one
+/// admission: the measured decisions are then all denials, the read path the mode is for.)
+fn prefill<T: Target>(target: &T, keys: u64) {
+    for key in 0..keys {
+        std::hint::black_box(target.decide(key));
     }
 }
 
@@ -195,12 +206,27 @@ fn scenario_name(p: &Planned) -> (String, String) {
 /// Bad arguments, an implementation that cannot be built, or an output that cannot be written.
 pub fn run_suite(args: &RunArgs, command: &str) -> Result<Vec<Record>, SuiteError> {
     let planned = plan(args)?;
+    if args.repeat == 0 {
+        return Err(SuiteError::Usage("--repeat needs at least 1".into()));
+    }
     let loadavg_before = machine::loadavg();
     let timer = Timer::calibrate();
-    let stream_len = args.stream_len.max(1).next_power_of_two();
+    let stream_len = args.stream_len.max(1);
     let max_threads = args.threads.iter().copied().max().unwrap_or(1);
+    // One set of per-thread streams per distribution, built once (a covering Zipf stream over 1 M
+    // keys is 8 M keys per thread).
+    let mut streams_by_dist: Vec<(KeyDist, Vec<Vec<u64>>)> = Vec::new();
+    for p in &planned {
+        if !streams_by_dist.iter().any(|(d, _)| *d == p.keys) {
+            let streams = (0..max_threads as u64)
+                .map(|t| p.keys.stream(stream_len, args.seed.wrapping_add(t)))
+                .collect();
+            streams_by_dist.push((p.keys, streams));
+        }
+    }
     let run_secs = (args.warmup + args.duration).as_secs_f64();
-    let total_secs = run_secs * planned.len() as f64;
+    let total_runs = planned.len() * args.repeat;
+    let total_secs = run_secs * total_runs as f64;
     let bar = if total_secs > 3.0 {
         let bar = ProgressBar::new((total_secs * 1000.0) as u64);
         bar.set_style(
@@ -211,37 +237,82 @@ pub fn run_suite(args: &RunArgs, command: &str) -> Result<Vec<Record>, SuiteErro
     } else {
         ProgressBar::hidden()
     };
-    let mut records = Vec::new();
     let mut bytes_cache: Vec<((Impl, u64), Option<f64>)> = Vec::new();
-    for (i, p) in planned.iter().enumerate() {
-        let (scenario, loop_mode) = scenario_name(p);
-        bar.set_message(format!("{} {} ×{}", p.imp, scenario, p.threads));
-        let streams: Vec<Vec<u64>> = (0..max_threads as u64)
-            .map(|t| p.keys.generate(stream_len, args.seed.wrapping_add(t)))
-            .collect();
-        let cfg = RunConfig {
-            threads: p.threads,
-            duration: args.duration,
-            warmup: args.warmup,
-            mode: p.mode,
-            batch: args.batch.max(1),
-            pin: !args.no_pin,
+    // Every repetition of every planned run, indexed like `planned`.
+    let mut results: Vec<Vec<(runner::RunResult, TargetInfo)>> = vec![Vec::new(); planned.len()];
+    let mut done = 0usize;
+    for rep in 0..args.repeat {
+        // Odd repetitions walk the plan backwards, so slow drift of the machine (load, heat) does not
+        // always favour the same rows.
+        let order: Vec<usize> = if rep % 2 == 0 {
+            (0..planned.len()).collect()
+        } else {
+            (0..planned.len()).rev().collect()
         };
-        let base_ms = i as f64 * run_secs * 1000.0;
-        let mut tick = |f: f64| bar.set_position((base_ms + f * run_secs * 1000.0) as u64);
-        let (result, info) = targets::build(
-            p.imp,
-            p.quota,
-            args.clock,
-            p.keys.key_count(),
-            Measure {
-                planned: p,
-                cfg,
-                streams: &streams,
-                timer: &timer,
-                tick: &mut tick,
-            },
-        )?;
+        for i in order {
+            let p = &planned[i];
+            let (scenario, _) = scenario_name(p);
+            bar.set_message(format!(
+                "{} {} ×{} #{}",
+                p.imp,
+                scenario,
+                p.threads,
+                rep + 1
+            ));
+            let streams = streams_by_dist
+                .iter()
+                .find(|(d, _)| *d == p.keys)
+                .map(|(_, s)| s.as_slice())
+                .unwrap_or_default();
+            let cfg = RunConfig {
+                threads: p.threads,
+                duration: args.duration,
+                warmup: args.warmup,
+                mode: p.mode,
+                batch: args.batch.max(1),
+                pin: !args.no_pin,
+            };
+            let base_ms = done as f64 * run_secs * 1000.0;
+            let mut tick = |f: f64| bar.set_position((base_ms + f * run_secs * 1000.0) as u64);
+            let measured = targets::build(
+                p.imp,
+                p.quota,
+                args.clock,
+                p.keys.key_count(),
+                Measure {
+                    planned: p,
+                    cfg,
+                    streams,
+                    timer: &timer,
+                    tick: &mut tick,
+                },
+            )?;
+            results[i].push(measured);
+            done += 1;
+        }
+    }
+    let mut records = Vec::new();
+    for (p, runs) in planned.iter().zip(results) {
+        let (scenario, loop_mode) = scenario_name(p);
+        let streams = streams_by_dist
+            .iter()
+            .find(|(d, _)| *d == p.keys)
+            .map(|(_, s)| s.as_slice())
+            .unwrap_or_default();
+        let used = &streams[..p.threads.min(streams.len())];
+        let stream_keys = used
+            .iter()
+            .map(|s| keys::distinct_keys(s, p.keys.key_count()))
+            .min()
+            .unwrap_or(0);
+        let stream_len = used.iter().map(|s| s.len() as u64).min().unwrap_or(0);
+        let ns_per_decision_runs: Vec<f64> = runs.iter().map(|(r, _)| r.ns_per_decision).collect();
+        let mut by_speed: Vec<usize> = (0..runs.len()).collect();
+        by_speed.sort_by(|&a, &b| ns_per_decision_runs[a].total_cmp(&ns_per_decision_runs[b]));
+        let Some((result, info)) = by_speed.get(by_speed.len() / 2).map(|&m| runs[m].clone())
+        else {
+            continue;
+        };
         let bytes_per_key = if p.imp.keyed() && p.keys.key_count() > 1 {
             let key = (p.imp, p.keys.key_count());
             match bytes_cache.iter().find(|(k, _)| *k == key) {
@@ -291,6 +362,10 @@ pub fn run_suite(args: &RunArgs, command: &str) -> Result<Vec<Record>, SuiteErro
             decisions: result.decisions,
             samples: result.samples,
             percentiles: result.percentiles,
+            prefilled: p.imp.keyed(),
+            stream_len,
+            stream_keys,
+            ns_per_decision_runs,
         });
     }
     bar.finish_and_clear();
@@ -305,6 +380,7 @@ pub fn run_suite(args: &RunArgs, command: &str) -> Result<Vec<Record>, SuiteErro
         timer_is_tsc: timer.tsc,
         loadavg_before,
         loadavg_after: machine::loadavg(),
+        layout: targets::layout(),
     };
     write_suite(args, &header, &records)?;
     println!("{}", report::summary_table(&records));
@@ -355,6 +431,32 @@ pub fn rewrite_report(json: &Path, out: Option<&Path>) -> Result<(), SuiteError>
     write_report(&out, &file.header, &file.records, true)?;
     println!("{}", report::summary_table(&file.records));
     println!("report: {}", out.join("report.md").display());
+    Ok(())
+}
+
+/// Writes (and prints) [`report::ratios_across`] over the suite JSONs in `jsons`.
+///
+/// # Errors
+/// A JSON cannot be read or parsed, or the output cannot be written.
+pub fn write_ratios(jsons: &[PathBuf], out: Option<&Path>) -> Result<(), SuiteError> {
+    let mut runs = Vec::new();
+    for json in jsons {
+        let text = fs::read_to_string(json)?;
+        let file: report::OwnedSuiteFile = serde_json::from_str(&text).map_err(io::Error::other)?;
+        let clock = file
+            .records
+            .first()
+            .map_or_else(|| json.display().to_string(), |r| r.clock.clone());
+        runs.push((clock, file.records));
+    }
+    let md = report::ratios_across(&runs);
+    if let Some(out) = out {
+        if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
+            fs::create_dir_all(dir)?;
+        }
+        fs::write(out, &md)?;
+    }
+    println!("{md}");
     Ok(())
 }
 
@@ -509,6 +611,97 @@ mod tests {
     }
 
     #[test]
+    fn repeats_are_interleaved_and_the_median_reported() {
+        let out = std::env::temp_dir().join(format!("tollgate-loadgen-rep-{}", std::process::id()));
+        let a = args(&[
+            "--impls",
+            "keyed_gcra,governor_keyed,gcra,governor,cas_floor",
+            "--keys",
+            "uniform:5000",
+            "--threads",
+            "1",
+            "--loop",
+            "closed",
+            "--quota",
+            "deny",
+            "--duration",
+            "20ms",
+            "--warmup",
+            "5ms",
+            "--repeat",
+            "3",
+            "--no-plots",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        let records = run_suite(&a, "test").unwrap();
+        assert_eq!(records.len(), 5);
+        for r in &records {
+            assert_eq!(r.ns_per_decision_runs.len(), 3);
+            let mut sorted = r.ns_per_decision_runs.clone();
+            sorted.sort_by(f64::total_cmp);
+            assert_eq!(r.ns_per_decision, sorted[1], "the median run is reported");
+        }
+        // The stream (64 Ki keys by default) covers all 5 000 keys; keyed rows are prefilled.
+        let keyed = records.iter().find(|r| r.imp == "keyed_gcra").unwrap();
+        assert_eq!((keyed.stream_keys, keyed.prefilled), (5000, true));
+        assert_eq!(keyed.allowed_fraction, 0.0);
+        let rows = report::ratios(&records);
+        let imps: Vec<&str> = rows.iter().map(|r| r.imp.as_str()).collect();
+        assert_eq!(imps, ["keyed_gcra", "gcra"]);
+        assert!(rows[0].floor_ns.is_none() && rows[1].floor_ns.is_some());
+        let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+        assert!(report.contains("## Ratio to governor"), "{report}");
+        write_ratios(&[out.join("suite.json")], Some(&out.join("ratios.md"))).unwrap();
+        let md = std::fs::read_to_string(out.join("ratios.md")).unwrap();
+        assert!(
+            md.contains("| keyed_gcra | deny | uniform:5000 | 1 |"),
+            "{md}"
+        );
+        assert!(matches!(
+            run_suite(&args(&["--repeat", "0"]), "test"),
+            Err(SuiteError::Usage(_))
+        ));
+        let _ = std::fs::remove_dir_all(&out);
+    }
+
+    #[test]
+    fn keyed_runs_are_prefilled_before_timing() {
+        // No warm-up and a measured window far too short to touch 200 000 keys: without the prefill
+        // every decision is a fresh key's first touch (admitted, an insert); with it every measured
+        // decision in deny mode is a denial of a key already in the table.
+        let out = std::env::temp_dir().join(format!("tollgate-loadgen-pre-{}", std::process::id()));
+        let a = args(&[
+            "--impls",
+            "keyed_gcra,governor_keyed",
+            "--keys",
+            "uniform:200000",
+            "--threads",
+            "1",
+            "--loop",
+            "closed",
+            "--quota",
+            "deny",
+            "--duration",
+            "2ms",
+            "--warmup",
+            "0ms",
+            "--no-plots",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        for r in run_suite(&a, "test").unwrap() {
+            assert!(r.prefilled && r.stream_keys == 200_000, "{}", r.imp);
+            assert_eq!(
+                r.allowed_fraction, 0.0,
+                "{}: first touches were timed",
+                r.imp
+            );
+        }
+        let _ = std::fs::remove_dir_all(&out);
+    }
+
+    #[test]
     fn bad_plans_are_usage_errors() {
         assert!(matches!(
             plan(&args(&["--impls", "nope"])),
@@ -596,6 +789,16 @@ mod tests {
             .find(|r| r.imp == "gcra" && r.quota_mode == "deny")
             .unwrap();
         assert!(deny.allowed_fraction < 0.01);
+        // Keyed rows are prefilled: in deny mode every key's one admission was spent before timing,
+        // so the measured decisions are all denials (without the prefill each key's first touch
+        // admits and inserts inside the timed window).
+        for r in records.iter().filter(|r| r.imp == "governor_keyed") {
+            assert!(r.prefilled, "{}", r.scenario);
+            assert_eq!(r.stream_keys, r.keys, "{}: the stream covers", r.scenario);
+            if r.quota_mode == "deny" {
+                assert_eq!(r.allowed_fraction, 0.0, "{}", r.scenario);
+            }
+        }
         let acc = AccuracyArgs {
             out: out.clone(),
             json: None,

@@ -13,6 +13,8 @@ use std::num::NonZeroU32;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use crate::sync::{AtomicU64, Ordering};
+
 use tollgate_core::algorithm::Algorithm;
 use tollgate_core::{
     AtomicLimiter, Clock, CoarseClock, FixedWindow, Gcra, LeakyBucket, Limiter, MonotonicClock,
@@ -68,11 +70,15 @@ pub enum Impl {
     KeyedSlidingWindow,
     /// No limiter: one clock read per decision, the floor every row pays.
     ClockOnly,
+    /// The least a correct one-word lock-free limiter does: one clock read, one load of a padded word
+    /// and, when admitting, one compare-and-swap (retried on the value found). No quota arithmetic and
+    /// no result beyond the boolean: the floor of the allow (CAS) and deny (load) paths.
+    CasFloor,
 }
 
 impl Impl {
     /// Every implementation, Tollgate first.
-    pub const ALL: [Impl; 13] = [
+    pub const ALL: [Impl; 14] = [
         Impl::Gcra,
         Impl::LeakyBucket,
         Impl::FixedWindow,
@@ -86,6 +92,7 @@ impl Impl {
         Impl::Ratelimit,
         Impl::MutexGcra,
         Impl::ClockOnly,
+        Impl::CasFloor,
     ];
 
     /// The name used on the command line and in reports.
@@ -104,6 +111,7 @@ impl Impl {
             Impl::KeyedGcra => "keyed_gcra",
             Impl::KeyedSlidingWindow => "keyed_sliding_window",
             Impl::ClockOnly => "clock_only",
+            Impl::CasFloor => "cas_floor",
         }
     }
 
@@ -121,7 +129,7 @@ impl Impl {
             Impl::SlidingWindow | Impl::KeyedSlidingWindow => "sliding_window",
             Impl::SlidingLog => "sliding_log",
             Impl::Ratelimit => "token_bucket",
-            Impl::ClockOnly => "none",
+            Impl::ClockOnly | Impl::CasFloor => "none",
         }
     }
 
@@ -129,7 +137,7 @@ impl Impl {
     pub fn family(self) -> Family {
         match self {
             Impl::Governor | Impl::GovernorKeyed | Impl::Ratelimit => Family::Peer,
-            Impl::MutexGcra | Impl::ClockOnly => Family::Baseline,
+            Impl::MutexGcra | Impl::ClockOnly | Impl::CasFloor => Family::Baseline,
             _ => Family::Tollgate,
         }
     }
@@ -194,6 +202,11 @@ pub enum ClockKind {
     Tsc,
     /// `CoarseClock` at 1 ms: a cached time, one relaxed load per decision.
     Coarse,
+    /// [`FixedClock`]: a caller-supplied instant, taken once when the limiter is built and returned
+    /// by every read (a plain field). What `check_at(now, ..)` at a precomputed `now` costs: the
+    /// limiter's own cost without any clock read. Peers get the same instant through their clock
+    /// trait (governor has no `check_at`; a clock returning a given instant is its equivalent).
+    Fixed,
 }
 
 /// How generous the quota is.
@@ -222,6 +235,7 @@ impl fmt::Display for ClockKind {
         f.write_str(match self {
             ClockKind::Tsc => "tsc",
             ClockKind::Coarse => "coarse",
+            ClockKind::Fixed => "fixed",
         })
     }
 }
@@ -331,6 +345,50 @@ impl<C: Clock> Target for ClockOnly<C> {
     fn decide(&self, _key: u64) -> bool {
         // Admit unless the clock reads its impossible maximum, so the read cannot be optimised out.
         std::hint::black_box(self.0.now()) != Nanos::MAX
+    }
+}
+
+/// A clock that always reads the instant it was given: a caller-supplied `now`.
+#[derive(Clone, Copy, Debug)]
+pub struct FixedClock(pub Nanos);
+
+impl Clock for FixedClock {
+    #[inline]
+    fn now(&self) -> Nanos {
+        self.0
+    }
+}
+
+/// See [`Impl::CasFloor`].
+pub struct CasFloor<C> {
+    word: crossbeam_utils::CachePadded<AtomicU64>,
+    clock: C,
+}
+
+impl<C: Clock> Target for CasFloor<C> {
+    #[inline]
+    fn decide(&self, _key: u64) -> bool {
+        let now = self.clock.now();
+        // Relaxed: as in `tollgate_core::AtomicState`, the word publishes nothing else and its RMWs
+        // are totally ordered by coherence.
+        let mut current = self.word.load(Ordering::Relaxed);
+        loop {
+            // Deny mode starts the word at `u64::MAX`: every decision is a load and a compare.
+            if current == u64::MAX {
+                return false;
+            }
+            let next = current.max(now).wrapping_add(1);
+            // Relaxed: see above; a failed exchange retries on the value found.
+            match self.word.compare_exchange_weak(
+                current,
+                next,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return true,
+                Err(actual) => current = actual,
+            }
+        }
     }
 }
 
@@ -462,6 +520,20 @@ fn with_clock<C: Clock + Clone + 'static, V: Visit>(
             };
             Ok(v.visit(&ClockOnly(clock), &info))
         }
+        Impl::CasFloor => {
+            let start = match mode {
+                QuotaMode::Allow => 0,
+                QuotaMode::Deny => u64::MAX,
+            };
+            let target = CasFloor {
+                word: crossbeam_utils::CachePadded::new(AtomicU64::new(start)),
+                clock,
+            };
+            let info = TargetInfo {
+                quota: "none (allow: always CAS; deny: never)".into(),
+            };
+            Ok(v.visit(&target, &info))
+        }
         Impl::KeyedSlidingWindow => keyed_limiter::<SlidingWindow, C, V>(mode, keys, clock, v),
         Impl::Striped => {
             let quota = quota_for::<Gcra>(mode)?;
@@ -542,6 +614,35 @@ fn with_clock<C: Clock + Clone + 'static, V: Visit>(
     }
 }
 
+/// Sizes in bytes of what a decision returns and of the limiters measured: Tollgate's `Decision`
+/// and `check_n`'s `Result`, governor's `check` result, and the limiter structs on the coarse clock.
+pub fn layout() -> Vec<(String, usize)> {
+    use std::mem::size_of;
+    type GovResult = Result<(), governor::NotUntil<governor::nanos::Nanos>>;
+    vec![
+        (
+            "tollgate_core::Decision".into(),
+            size_of::<tollgate_core::Decision>(),
+        ),
+        (
+            "Result<Decision, CheckError>".into(),
+            size_of::<Result<tollgate_core::Decision, tollgate_core::CheckError>>(),
+        ),
+        (
+            "governor Result<(), NotUntil<Nanos>>".into(),
+            size_of::<GovResult>(),
+        ),
+        (
+            "GcraLimiter<CoarseClock>".into(),
+            size_of::<AtomicLimiter<Gcra, CoarseClock>>(),
+        ),
+        (
+            "governor RateLimiter<NotKeyed, InMemoryState, CoarseClock>".into(),
+            size_of::<GovDirect<CoarseClock>>(),
+        ),
+    ]
+}
+
 /// Builds `imp` with the quota for `mode` on `clock`, sized for `keys` distinct keys (keyed
 /// implementations), and hands it to `v`.
 ///
@@ -561,6 +662,7 @@ pub fn build<V: Visit>(
                 .map_err(|e| BuildError(e.to_string()))?;
             with_clock(imp, mode, keys, coarse, v)
         }
+        ClockKind::Fixed => with_clock(imp, mode, keys, FixedClock(MonotonicClock::new().now()), v),
     }
 }
 
@@ -583,10 +685,12 @@ mod tests {
         for imp in Impl::ALL {
             let allowed = build(imp, QuotaMode::Deny, ClockKind::Tsc, 100, Count(100)).unwrap();
             // Keyed targets get a fresh key per request, so each key's first request passes.
-            let expected = if imp.keyed() || imp == Impl::ClockOnly {
-                100
-            } else {
-                1
+            let expected = match imp {
+                _ if imp.keyed() => 100,
+                Impl::ClockOnly => 100,
+                // The floor's deny mode never admits: it measures the load-and-compare path only.
+                Impl::CasFloor => 0,
+                _ => 1,
             };
             assert_eq!(allowed, expected, "{imp}");
         }

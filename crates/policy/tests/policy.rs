@@ -582,7 +582,8 @@ fn reloads_under_load_lose_no_decision_and_admit_the_global_burst_exactly() {
     let total_left: u64 = ["w0", "w1"]
         .iter()
         .map(|w| {
-            p.check_detailed_at(&[("worker", w)], SEC, 1, &mut out).unwrap();
+            p.check_detailed_at(&[("worker", w)], SEC, 1, &mut out)
+                .unwrap();
             out[0].decision.remaining() + 1
         })
         .sum();
