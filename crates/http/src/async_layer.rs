@@ -8,8 +8,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::header::{CONTENT_TYPE, RETRY_AFTER};
-use http::{HeaderValue, Request, Response, StatusCode};
+use http::{Request, Response, StatusCode};
 use tollgate_core::{CheckError, Decision, Quota};
 use tower_layer::Layer;
 use tower_service::Service;
@@ -18,7 +17,7 @@ use crate::body::RateLimitBody;
 use crate::check::KeyedCheck;
 use crate::headers::{self, HeaderMode, PolicyHeaders, PolicyNameError};
 use crate::key::{KeyExtractor, RequestHead};
-use crate::layer::{Fields, MissingKey, RequestCost, UnitCost, json_response};
+use crate::layer::{Fields, MissingKey, RequestCost, UnitCost, denial, json_response};
 
 const MISSING_KEY_BODY: &[u8] = br#"{"error":"rate limit key missing"}"#;
 const COST_BODY: &[u8] = br#"{"error":"request cost exceeds quota capacity"}"#;
@@ -364,20 +363,13 @@ where
                     Ok(response.map(RateLimitBody::inner))
                 }
                 Ok(decision @ Decision::Denied { .. }) => {
-                    let secs = headers::retry_secs(decision.retry_after().unwrap_or_default());
-                    let mut response = Response::new(headers::denial_body(secs));
-                    *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
-                    response
-                        .headers_mut()
-                        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-                    response
-                        .headers_mut()
-                        .insert(RETRY_AFTER, headers::number(secs));
-                    if with_fields {
-                        let limit = service_limit(&config.limiter, &key, cost, &decision).await;
-                        Fields::new(mode, &config.headers, limit).apply(response.headers_mut());
-                    }
-                    Ok(response.map(RateLimitBody::full))
+                    let limit = if with_fields {
+                        Some(service_limit(&config.limiter, &key, cost, &decision).await)
+                    } else {
+                        None
+                    };
+                    let limit = limit.map(|limit| (&config.headers, limit));
+                    Ok(denial(mode, &decision, limit).map(RateLimitBody::full))
                 }
                 Err(_) => Ok(json_response(
                     config.cost_error_status,

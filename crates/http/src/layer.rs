@@ -375,11 +375,12 @@ pub(crate) fn json_response(status: StatusCode, body: Bytes) -> Response<Bytes> 
     response
 }
 
-fn denial(
+/// The 429 for `decision`: `Retry-After`, the JSON body, and the fields of `limit` (the policy and
+/// its `(r, t)`) when there are any to send. Every layer answers a denial with this.
+pub(crate) fn denial(
     mode: HeaderMode,
-    policy: &PolicyHeaders,
     decision: &Decision,
-    limit: Option<(u64, u64)>,
+    limit: Option<(&PolicyHeaders, (u64, u64))>,
 ) -> Response<Bytes> {
     let secs = headers::retry_secs(decision.retry_after().unwrap_or_default());
     let mut response = Response::new(headers::denial_body(secs));
@@ -393,7 +394,7 @@ fn denial(
     response
         .headers_mut()
         .insert(RETRY_AFTER, headers::number(secs));
-    if let Some(limit) = limit {
+    if let Some((policy, limit)) = limit {
         Fields::new(mode, policy, limit).apply(response.headers_mut());
     }
     response
@@ -426,7 +427,11 @@ fn decide<K: ?Sized, L: KeyedCheck<K>>(
         Ok(decision @ Decision::Denied { .. }) => {
             let limit =
                 fields.then(|| headers::service_limit(&policy.limiter, key, cost, &decision));
-            Outcome::Ready(denial(mode, &policy.headers, &decision, limit))
+            Outcome::Ready(denial(
+                mode,
+                &decision,
+                limit.map(|limit| (&policy.headers, limit)),
+            ))
         }
         // `CostExceedsCapacity` (the only error today): retrying can never pass, so no
         // Retry-After; any future error kind fails closed the same way.

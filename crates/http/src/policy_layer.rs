@@ -10,7 +10,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{HeaderName, RETRY_AFTER};
+use http::header::HeaderName;
 use http::{HeaderMap, Request, Response, StatusCode};
 use pin_project_lite::pin_project;
 use tollgate_core::{Clock, Decision, MonotonicClock, Quota};
@@ -21,7 +21,7 @@ use tower_service::Service;
 use crate::body::RateLimitBody;
 use crate::headers::{self, HeaderMode, PolicyHeaders};
 use crate::key::{ClientIp, KeyExtractor, RequestHead};
-use crate::layer::{Fields, RequestCost, UnitCost, json_response};
+use crate::layer::{Fields, RequestCost, UnitCost, denial, json_response};
 
 const COST_BODY: &[u8] = br#"{"error":"request cost exceeds quota capacity"}"#;
 /// Descriptors one request can carry: the client address, the route, the method and this many
@@ -488,22 +488,11 @@ where
             Some((headers, limit))
         };
         if !decided.is_allowed() {
-            let secs = headers::retry_secs(decided.decision.retry_after().unwrap_or_default());
-            let mut response = Response::new(headers::denial_body(secs));
-            *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
-            response.headers_mut().insert(
-                http::header::CONTENT_TYPE,
-                http::HeaderValue::from_static("application/json"),
-            );
-            response
-                .headers_mut()
-                .insert(RETRY_AFTER, headers::number(secs));
-            if mode.ietf || mode.legacy {
-                if let Some((policy_headers, limit)) = fields_for(&decided) {
-                    Fields::new(mode, &policy_headers, limit).apply(response.headers_mut());
-                }
-            }
-            return ready(response);
+            let fields = (mode.ietf || mode.legacy)
+                .then(|| fields_for(&decided))
+                .flatten();
+            let limit = fields.as_ref().map(|(headers, limit)| (headers, *limit));
+            return ready(denial(mode, &decided.decision, limit));
         }
         let fields = (mode.on_allowed && (mode.ietf || mode.legacy))
             .then(|| fields_for(&decided))
