@@ -16,6 +16,14 @@ if ! command -v redis-server >/dev/null 2>&1; then
   ($SUDO service redis-server stop || true) >/dev/null 2>&1
 fi
 
+if ! command -v cmake >/dev/null 2>&1; then
+  # tollgate-pingora: pingora-core's flate2 uses zlib-ng (libz-ng-sys), built with cmake.
+  step "installing cmake (needed to build pingora-core's zlib-ng)"
+  if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq cmake >/dev/null
+fi
+
 step "cargo fmt --check"
 cargo fmt --all -- --check
 

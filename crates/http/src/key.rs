@@ -241,19 +241,34 @@ impl ClientIp {
         self.trusted.iter().any(|net| net.contains(&ip))
     }
 
+    /// The client address (grouped) of a request from `peer` with these `headers`: the same
+    /// trusted-proxy walk as [`KeyExtractor::extract`], for integrations that hold the peer
+    /// address and the header map rather than an `http::Request` (a Pingora filter).
+    ///
+    /// # Errors
+    /// [`KeyError::UnidentifiedClient`] when a trusted hop names an obfuscated client.
+    pub fn client_addr(&self, peer: IpAddr, headers: &http::HeaderMap) -> Result<IpAddr, KeyError> {
+        self.client_of(peer, headers)
+            .map(|ip| self.grouping.group(ip))
+    }
+
     /// The client address, before grouping.
     fn client(&self, request: &RequestHead<'_>) -> Result<IpAddr, KeyError> {
         let peer = request.peer_addr().ok_or(KeyError::NoPeerAddr)?.ip();
+        self.client_of(peer, request.headers)
+    }
+
+    fn client_of(&self, peer: IpAddr, headers: &http::HeaderMap) -> Result<IpAddr, KeyError> {
         if !self.is_trusted(peer) {
             return Ok(peer);
         }
         match self.header {
             ForwardedHeader::XForwardedFor => {
-                let values = request.headers.get_all(&X_FORWARDED_FOR);
+                let values = headers.get_all(&X_FORWARDED_FOR);
                 self.walk(peer, forwarded::x_forwarded_for_rev(values.iter()))
             }
             ForwardedHeader::Forwarded => {
-                let values = request.headers.get_all(http::header::FORWARDED);
+                let values = headers.get_all(http::header::FORWARDED);
                 self.walk(peer, forwarded::forwarded_rev(values.iter()))
             }
         }

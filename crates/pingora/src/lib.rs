@@ -1,0 +1,309 @@
+//! Tollgate inside a Pingora proxy.
+//!
+//! [`PingoraLimiter`] is what a `ProxyHttp` implementation calls from its filters:
+//!
+//! * `request_filter` → [`PingoraLimiter::request_filter`]: the client address through the
+//!   trusted-proxy logic of [`tollgate_http::ClientIp`] (the right-most `X-Forwarded-For` hop that
+//!   is not a trusted proxy), the descriptors (`remote_address`, `route` = path, `method`, and any
+//!   configured headers) decided by a [`tollgate_policy::Policy`] as one; a denial is answered here
+//!   with `429`, `Retry-After`, `RateLimit-Policy` and `RateLimit`, and never reaches the upstream.
+//!   A single keyed limiter is a one-rule policy.
+//! * `response_filter` → [`PingoraLimiter::response_filter`]: adds the `RateLimit-Policy` and
+//!   `RateLimit` fields of the admitting rule to the upstream's response.
+//!
+//! The header syntax is `tollgate_http`'s (one home for it); this crate only moves values between
+//! the policy and Pingora's session.
+//!
+//! # Failure policy
+//! A request whose client cannot be identified (an obfuscated `Forwarded` hop behind a trusted
+//! proxy) or that has no peer address is decided without the `remote_address` descriptor: rules
+//! keyed by it do not apply (fails open for those rules, as the policy engine documents). A cost no
+//! rule can ever admit is answered `429` without `Retry-After` (fails closed).
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, RwLock};
+
+use bytes::Bytes;
+use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderName, RETRY_AFTER};
+use http::{HeaderMap, HeaderValue};
+use pingora_http::ResponseHeader;
+use pingora_proxy::Session;
+use tollgate_core::{Decision, Quota};
+use tollgate_http::ClientIp;
+use tollgate_http::headers::{
+    PolicyFields, RATELIMIT, RATELIMIT_POLICY, denial_json, retry_after_secs, seconds_value,
+    whole_secs_ceil,
+};
+use tollgate_policy::Policy;
+
+/// What one request's decision says, independent of Pingora (unit-testable).
+#[derive(Clone, Debug, Default)]
+pub struct Verdict {
+    /// Whether the request goes on to the upstream.
+    pub allowed: bool,
+    /// `Retry-After` in seconds (denials only; `None` when retrying can never succeed).
+    pub retry_after: Option<u64>,
+    /// `RateLimit-Policy` of the deciding rule (`None` when no rule applied).
+    pub policy: Option<HeaderValue>,
+    /// `RateLimit` of the deciding rule.
+    pub ratelimit: Option<HeaderValue>,
+}
+
+/// Per-request state for the response filter: keep one in the proxy's `CTX`.
+#[derive(Debug, Default)]
+pub struct LimitCtx {
+    verdict: Option<Verdict>,
+}
+
+/// A Tollgate policy as seen from Pingora's filters. Cheap to share (`Arc` inside).
+pub struct PingoraLimiter {
+    policy: Arc<Policy>,
+    client_ip: ClientIp,
+    /// `(header, descriptor)` pairs copied into the descriptors when present.
+    headers: Vec<(HeaderName, &'static str)>,
+    fields: RwLock<HashMap<(&'static str, Quota), PolicyFields>>,
+}
+
+impl std::fmt::Debug for PingoraLimiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PingoraLimiter")
+            .field("rules", &self.policy.rules())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PingoraLimiter {
+    /// A limiter over `policy`, finding the client with `client_ip` (trusted proxies).
+    pub fn new(policy: Arc<Policy>, client_ip: ClientIp) -> Self {
+        PingoraLimiter {
+            policy,
+            client_ip,
+            headers: Vec::new(),
+            fields: RwLock::new(HashMap::new()),
+        }
+    }
+
+    /// Also passes request header `header` to the policy as descriptor `descriptor` (an API key,
+    /// a tenant id).
+    pub fn descriptor_header(mut self, header: HeaderName, descriptor: &'static str) -> Self {
+        self.headers.push((header, descriptor));
+        self
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    fn fields(&self, rule: &'static str, quota: Quota) -> Option<PolicyFields> {
+        if let Some(found) = self
+            .fields
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&(rule, quota))
+        {
+            return Some(found.clone());
+        }
+        let made = PolicyFields::new(rule, &quota).ok()?;
+        self.fields
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert((rule, quota), made.clone());
+        Some(made)
+    }
+
+    /// Decides one request of one unit from `peer` (the TCP peer) with this method, path and
+    /// headers.
+    pub fn decide(
+        &self,
+        peer: Option<IpAddr>,
+        method: &str,
+        path: &str,
+        headers: &HeaderMap,
+    ) -> Verdict {
+        let client = peer.and_then(|p| self.client_ip.client_addr(p, headers).ok());
+        let client_text = client.map(|ip| ip.to_string());
+        let mut descriptors: Vec<(&str, &str)> = Vec::with_capacity(3 + self.headers.len());
+        if let Some(ip) = client_text.as_deref() {
+            descriptors.push(("remote_address", ip));
+        }
+        descriptors.push(("route", path));
+        descriptors.push(("method", method));
+        for (header, name) in &self.headers {
+            if let Some(v) = headers.get(header).and_then(|v| v.to_str().ok()) {
+                descriptors.push((name, v));
+            }
+        }
+        let now = self.policy.now();
+        let decided = match self.policy.check_at(&descriptors, now, 1) {
+            Ok(d) => d,
+            Err(_) => {
+                return Verdict {
+                    allowed: false,
+                    ..Verdict::default()
+                };
+            }
+        };
+        let fields = match (decided.rule, decided.quota) {
+            (Some(rule), Some(quota)) => self.fields(rule, quota).map(|f| (rule, f)),
+            _ => None,
+        };
+        let (retry_after, r, t) = match decided.decision {
+            Decision::Denied { retry_after, .. } => {
+                let s = retry_after_secs(retry_after);
+                (Some(s), 0, s)
+            }
+            Decision::Allowed { remaining, .. } => {
+                let t = match (fields.as_ref(), remaining.checked_add(1)) {
+                    (Some((rule, _)), Some(more)) => {
+                        match self.policy.peek_rule_at(rule, &descriptors, now, more) {
+                            Some(Ok(Decision::Denied { retry_after, .. })) => {
+                                whole_secs_ceil(retry_after)
+                            }
+                            _ => 0,
+                        }
+                    }
+                    _ => 0,
+                };
+                (None, remaining, if remaining == 0 { t.max(1) } else { t })
+            }
+        };
+        Verdict {
+            allowed: decided.is_allowed(),
+            retry_after,
+            policy: fields.as_ref().map(|(_, f)| f.policy_value()),
+            ratelimit: fields.as_ref().map(|(_, f)| f.ratelimit_value(r, t)),
+        }
+    }
+
+    /// The 429 response head and body for a denial.
+    ///
+    /// # Errors
+    /// Pingora's, when a header cannot be added (not expected: every value is valid).
+    pub fn denial_response(verdict: &Verdict) -> pingora_core::Result<(ResponseHeader, Bytes)> {
+        let body = denial_json(verdict.retry_after.unwrap_or(0));
+        let mut head = ResponseHeader::build(429, Some(6))?;
+        head.insert_header(CONTENT_TYPE, "application/json")?;
+        head.insert_header(CONTENT_LENGTH, body.len().to_string())?;
+        if let Some(s) = verdict.retry_after {
+            head.insert_header(RETRY_AFTER, seconds_value(s))?;
+        }
+        Self::add_fields(verdict, &mut head)?;
+        Ok((head, body))
+    }
+
+    fn add_fields(verdict: &Verdict, head: &mut ResponseHeader) -> pingora_core::Result<()> {
+        if let Some(p) = &verdict.policy {
+            head.insert_header(RATELIMIT_POLICY.clone(), p.clone())?;
+        }
+        if let Some(r) = &verdict.ratelimit {
+            head.insert_header(RATELIMIT.clone(), r.clone())?;
+        }
+        Ok(())
+    }
+
+    /// Call from `ProxyHttp::request_filter`: returns `Ok(true)` when the request was denied and
+    /// answered here (Pingora then stops processing it), `Ok(false)` to proxy it.
+    ///
+    /// # Errors
+    /// Writing the 429 to the downstream failed.
+    pub async fn request_filter(
+        &self,
+        session: &mut Session,
+        ctx: &mut LimitCtx,
+    ) -> pingora_core::Result<bool> {
+        let peer = session
+            .client_addr()
+            .and_then(|a| a.as_inet())
+            .map(|a| a.ip());
+        let req = session.req_header();
+        let verdict = self.decide(peer, req.method.as_str(), req.uri.path(), &req.headers);
+        if verdict.allowed {
+            ctx.verdict = Some(verdict);
+            return Ok(false);
+        }
+        let (head, body) = Self::denial_response(&verdict)?;
+        session.set_keepalive(None);
+        session.write_response_header(Box::new(head), false).await?;
+        session.write_response_body(Some(body), true).await?;
+        Ok(true)
+    }
+
+    /// Call from `ProxyHttp::response_filter`: adds the admitting rule's fields.
+    ///
+    /// # Errors
+    /// Pingora's, when a header cannot be added.
+    pub fn response_filter(
+        &self,
+        upstream_response: &mut ResponseHeader,
+        ctx: &mut LimitCtx,
+    ) -> pingora_core::Result<()> {
+        match ctx.verdict.take() {
+            Some(v) => Self::add_fields(&v, upstream_response),
+            None => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tollgate_policy::PolicyConfig;
+
+    const POLICY: &str = r#"
+[[rules]]
+name = "per_client"
+match = { remote_address = "any" }
+key = ["remote_address"]
+capacity = 1024
+limit = 2
+period = "60s"
+"#;
+
+    fn limiter() -> PingoraLimiter {
+        let config = PolicyConfig::from_toml(POLICY).expect("config");
+        let policy = Arc::new(Policy::new(config).expect("policy"));
+        PingoraLimiter::new(
+            policy,
+            ClientIp::trusting(["127.0.0.0/8".parse().expect("net")]),
+        )
+    }
+
+    #[test]
+    fn denies_past_the_limit_per_client_behind_trusted_proxy() {
+        let l = limiter();
+        let lo: IpAddr = [127, 0, 0, 1].into();
+        let mut a = HeaderMap::new();
+        a.insert("x-forwarded-for", HeaderValue::from_static("198.51.100.1"));
+        let mut b = HeaderMap::new();
+        b.insert("x-forwarded-for", HeaderValue::from_static("198.51.100.2"));
+        assert!(l.decide(Some(lo), "GET", "/", &a).allowed);
+        assert!(l.decide(Some(lo), "GET", "/", &a).allowed);
+        let denied = l.decide(Some(lo), "GET", "/", &a);
+        assert!(!denied.allowed);
+        assert!(denied.retry_after.expect("retry") >= 1);
+        assert!(
+            l.decide(Some(lo), "GET", "/", &b).allowed,
+            "another client has its own limit"
+        );
+        let (head, body) = PingoraLimiter::denial_response(&denied).expect("429");
+        assert_eq!(head.status.as_u16(), 429);
+        assert!(head.headers.get(RETRY_AFTER).is_some());
+        let ratelimit = head
+            .headers
+            .get("ratelimit")
+            .expect("ratelimit")
+            .to_str()
+            .expect("ascii");
+        assert!(
+            ratelimit.starts_with("\"per_client\";r=0;t="),
+            "{ratelimit}"
+        );
+        assert_eq!(
+            head.headers.get("ratelimit-policy").expect("policy"),
+            "\"per_client\";q=2;w=60"
+        );
+        assert!(body.starts_with(br#"{"error":"rate limit exceeded""#));
+    }
+}
