@@ -92,6 +92,7 @@ pub use faults::FaultCounts;
 pub use lease::{LeaseConfig, LeaseStats, LeasedLimiter};
 pub use limiter::RedisLimiter;
 pub use redis::aio::ConnectionManager;
+pub use redis::cluster_async::ClusterConnection;
 
 /// A lazily connecting, self-reconnecting connection to the Redis at `url` (e.g.
 /// `redis://127.0.0.1:6379/`), with connection and response timeouts from `config`.
@@ -110,4 +111,32 @@ pub fn connect(url: &str, config: &RedisConfig) -> Result<ConnectionManager, Err
         .set_min_delay(Duration::from_millis(10))
         .set_max_delay(Duration::from_millis(200));
     Ok(ConnectionManager::new_lazy_with_config(client, manager)?)
+}
+
+/// A connection to the Redis Cluster that `urls` (some of its nodes, e.g.
+/// `["redis://10.0.0.1:6379/"]`) belong to, with connection and response timeouts from `config`.
+///
+/// redis-rs's cluster connection routes each script by its one key's slot, follows `MOVED` and `ASK`
+/// redirects at once (a slot being migrated needs nothing from you), reloads scripts on every master
+/// on `NOSCRIPT`, and rediscovers the topology after a failover. Retries of a failing node wait
+/// 10–200 ms (redis-rs's default is at least 1.28 s), always within the per-call timeout, after
+/// which the fault policy answers.
+///
+/// # Errors
+/// [`Error::Redis`] for malformed URLs or when no node can be reached to read the slot map.
+pub async fn connect_cluster<I, T>(
+    urls: I,
+    config: &RedisConfig,
+) -> Result<ClusterConnection, Error>
+where
+    I: IntoIterator<Item = T>,
+    T: redis::IntoConnectionInfo,
+{
+    let client = redis::cluster::ClusterClientBuilder::new(urls)
+        .connection_timeout(config.timeout())
+        .response_timeout(config.timeout())
+        .min_retry_wait(10)
+        .max_retry_wait(200)
+        .build()?;
+    Ok(client.get_async_connection().await?)
 }
