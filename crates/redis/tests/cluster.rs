@@ -404,6 +404,24 @@ async fn a_killed_master_fails_over_and_the_client_follows() {
         }));
     }
     tokio::time::sleep(Duration::from_millis(300)).await; // load before the kill
+    let offsets = |port: u16| {
+        let info = cluster.cli(port, &["INFO", "replication"]);
+        info.lines()
+            .filter(|l| {
+                l.starts_with("master_repl_offset")
+                    || l.starts_with("slave_repl_offset")
+                    || l.starts_with("master_link_status")
+                    || l.starts_with("slave0")
+            })
+            .map(str::trim)
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let before = format!(
+        "master [{}] replica [{}]",
+        offsets(victim.port),
+        offsets(replica.port)
+    );
     cluster.kill(victim.port);
     let killed = Instant::now();
     // The replica takes over (cluster-node-timeout + election), then the client must follow.
@@ -458,24 +476,24 @@ async fn a_killed_master_fails_over_and_the_client_follows() {
 
     // Over-admission window of asynchronous replication: counts acknowledged by the old master
     // that the promoted replica never received. Those units can be admitted a second time.
-    let (mut acked_total, mut lost) = (0, 0);
+    // The other way round, a call that timed out in the gap may still have been applied later (the
+    // cluster connection had queued it): consumed, though the caller got the policy's answer.
+    let (mut acked_total, mut lost, mut landed) = (0, 0, 0);
     for key in victim_keys.iter() {
         // A peek's `remaining` is what would be left after admitting it.
         let held = LIMIT - 1 - limiter.try_peek_at(key, NOW, 1).await.unwrap().remaining();
         let a = acked.get(key).copied().unwrap_or(0);
-        assert!(
-            held <= a,
-            "{key}: the replica holds {held} > {a} acknowledged"
-        );
         acked_total += a;
-        lost += a - held;
+        lost += a.saturating_sub(held);
+        landed += held.saturating_sub(a);
     }
     let breaker = limiter.breaker();
     eprintln!(
         "failover: replica promoted {promoted:?} after kill -9, client answering {followed:?} after; \
          gap seen by the loop {:?} ({errors} errors, {policy_denials} policy denials); acknowledged \
-         {acked_total} counts, {lost} lost with the old master (the over-admission window); breaker \
-         {breaker:?}",
+         {acked_total} counts, {lost} lost with the old master (the over-admission window), {landed} applied after timing \
+         out; breaker \
+         {breaker:?}; replication just before the kill: {before}",
         back - first_error
     );
     assert!(followed < Duration::from_secs(15));
