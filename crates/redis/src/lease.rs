@@ -9,6 +9,7 @@ use crossbeam_utils::CachePadded;
 use redis::aio::{ConnectionLike, ConnectionManager};
 use tollgate_core::{CheckError, Clock, Decision, MonotonicClock, Nanos, Quota, QuotaError};
 
+use crate::breaker::{Breaker, BreakerStats};
 use crate::config::RedisConfig;
 use crate::encoding::{ScriptParams, TatUnits, gcra_quota};
 use crate::error::Error;
@@ -175,6 +176,7 @@ pub struct LeasedLimiter<C = ConnectionManager, K = MonotonicClock> {
     shards: Box<[CachePadded<Mutex<Table>>]>,
     hasher: RandomState,
     faults: Faults,
+    breaker: Breaker,
     /// Totals of the decisions made without a slot (see [`LeaseStats::untracked`]).
     untracked: Mutex<LeaseStats>,
 }
@@ -241,6 +243,7 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
             return Err(QuotaError::InvalidDuration);
         }
         Ok(LeasedLimiter {
+            breaker: Breaker::new(config.breaker(), config.prefix()),
             conn,
             config,
             lease: LeaseConfig {
@@ -302,6 +305,12 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
     /// [`RedisLimiter::faults`](crate::RedisLimiter::faults)).
     pub fn faults(&self) -> FaultCounts {
         self.faults.snapshot()
+    }
+
+    /// The circuit breaker's state and counters (see [`BreakerConfig`](crate::BreakerConfig)); live
+    /// leases keep being spent locally while it is open.
+    pub fn breaker(&self) -> BreakerStats {
+        self.breaker.stats()
     }
 
     /// Totals over all keys tracked now (`held` counts live leases at the limiter's clock).
@@ -401,8 +410,16 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
         let time = scripts::time_arg(&self.config, at);
         let cost_arg = cost.to_string();
         let head = [&*time, &*cost_arg, &*cost_arg];
-        let result =
-            scripts::invoke(&self.conn, &self.config, &LEASE, key, head, &self.params).await;
+        let result = scripts::invoke(
+            &self.conn,
+            &self.breaker,
+            &self.config,
+            &LEASE,
+            key,
+            head,
+            &self.params,
+        )
+        .await;
         let mut stats = self.untracked.lock().unwrap_or_else(|e| e.into_inner());
         stats.redis_calls += 1;
         stats.untracked += 1;
@@ -450,8 +467,16 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
         let max = self.lease.size.max(min).to_string();
         let min = min.to_string();
         let head = [&*time, &*min, &*max];
-        let result =
-            scripts::invoke(&self.conn, &self.config, &LEASE, key, head, &self.params).await;
+        let result = scripts::invoke(
+            &self.conn,
+            &self.breaker,
+            &self.config,
+            &LEASE,
+            key,
+            head,
+            &self.params,
+        )
+        .await;
         // Local expiries count from when the answer arrived, not from when we asked.
         let now = at.unwrap_or_else(|| self.clock.now());
         let mut local = slot.local();
