@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::RedisServer;
-use tollgate_core::{FixedWindow, Gcra, Nanos, Quota};
+use tollgate_core::{FixedWindow, Nanos, Quota};
 use tollgate_redis::{LeaseConfig, LeasedLimiter, RedisConfig, RedisLimiter, connect};
 
 /// Around 2023 in ns since the Unix epoch (a whole second).
