@@ -157,6 +157,14 @@ impl Slot {
 ///   denial cache may deny for up to one `retry_after` that another instance's future grants cannot
 ///   shorten (grants only ever push the bucket's TAT later, so this never denies what the bucket would
 ///   admit, up to clock-rate differences).
+/// * **Fleet bound, both ways** (checked by `tests/fleet.rs`): `n` instances sharing a key from a
+///   full bucket over `[0, T]` admit at most `burst + rate × T` (as one per-request limiter), and at
+///   least the per-request count minus `n × k × (⌈T / ttl⌉ + 1)`: every granted unit is admitted,
+///   stranded or still held, and each instance strands or holds at most `k` units per lease it
+///   takes (at most one per lifetime while demand lasts, plus the one live at `T`). Measured with 4
+///   instances, `k` = 10, ttl 100 ms, 500/s burst 50 over 2 s: admissions equal the per-request
+///   GCRA's at 0.5×, 1× and 4× demand (500, 1000, 1049); 204 units stranded at 0.5× cost nothing
+///   because demand was below the rate.
 ///
 /// Local state lives under one short mutex per key, found in a key table of 16 mutex-guarded shards
 /// (a local decision takes two uncontended locks and no reference count); the refill is
