@@ -9,7 +9,9 @@
 //!   (the compare-and-swap path, the expensive one), all on the TSC clock read once per decision.
 //! * `policy/metrics`: the same three rules over 1 000 IPs (tables in cache, so the counters' cost is
 //!   not lost in memory latency), with `metrics = true` (own striped counters plus the `metrics`
-//!   facade, no recorder installed) and `metrics = false`.
+//!   facade, no recorder installed) and `metrics = false`. Before criterion's two rows, both
+//!   policies are timed in alternating rounds in one process and the median per-round difference is
+//!   printed (`policy/metrics/interleaved`): the figure to read, since separate runs drift more.
 //! * `policy/reload`: a second thread decides in a loop on the 3-rule policy while this one reloads it
 //!   (alternating the global cap and an override's quota); each iteration is one `reload` call.
 //!   The deciding thread's count of failed decisions is printed (it must be 0).
@@ -172,6 +174,7 @@ fn decision(c: &mut Criterion) {
 
 fn metrics(c: &mut Criterion) {
     let requests = Requests::new(1_000);
+    interleaved_metrics(&requests);
     let mut group = c.benchmark_group("policy/metrics");
     group.throughput(Throughput::Elements(1));
     for (name, on) in [("metrics_on", true), ("metrics_off", false)] {
@@ -186,6 +189,52 @@ fn metrics(c: &mut Criterion) {
         });
     }
     group.finish();
+}
+
+/// Both policies alive at once, timed in alternating rounds (the order flips every round) of
+/// `BATCH` decisions each: on this VM criterion's separate runs of the two move by tens of ns
+/// between runs of the same binary, more than the difference being measured. Prints each side's
+/// median ns/decision and the median of the per-round differences.
+fn interleaved_metrics(requests: &Requests) {
+    const ROUNDS: usize = 41;
+    const BATCH: usize = 200_000;
+    let on = Policy::new(config(1_000, 1_000_000_000, 200_000_000, true)).expect("valid");
+    let off = Policy::new(config(1_000, 1_000_000_000, 200_000_000, false)).expect("valid");
+    requests.fill(&on);
+    requests.fill(&off);
+    let run = |policy: &Policy, start: usize| {
+        let t = Instant::now();
+        for i in start..start + BATCH {
+            black_box(policy.check(&requests.descriptors(i), 1).ok());
+        }
+        t.elapsed().as_nanos() as f64 / BATCH as f64
+    };
+    run(&on, 0);
+    run(&off, 0);
+    let (mut ons, mut offs, mut diffs) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..ROUNDS {
+        let start = round * BATCH;
+        let (a, b) = if round % 2 == 0 {
+            let a = run(&on, start);
+            (a, run(&off, start))
+        } else {
+            let b = run(&off, start);
+            (run(&on, start), b)
+        };
+        ons.push(a);
+        offs.push(b);
+        diffs.push(a - b);
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    eprintln!(
+        "policy/metrics/interleaved: {ROUNDS} rounds of {BATCH} decisions each: metrics on {:.1} ns, off {:.1} ns, median per-round difference (on - off) {:+.2} ns",
+        median(&mut ons),
+        median(&mut offs),
+        median(&mut diffs)
+    );
 }
 
 fn reload(c: &mut Criterion) {

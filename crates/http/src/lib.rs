@@ -57,6 +57,8 @@ pub mod headers;
 mod key;
 mod layer;
 #[cfg(feature = "policy")]
+mod policy_fields;
+#[cfg(feature = "policy")]
 mod policy_layer;
 
 pub use async_layer::{
@@ -74,6 +76,8 @@ pub use layer::{
     MissingKey, RateLimit, RateLimitLayer, RateLimitLayerBuilder, RequestCost, ResponseFuture,
     UnitCost,
 };
+#[cfg(feature = "policy")]
+pub use policy_fields::{FieldValues, PolicyFields};
 #[cfg(feature = "policy")]
 pub use policy_layer::{
     DescriptorSourceError, PolicyLayer, PolicyLayerBuilder, PolicyRateLimit, PolicyResponseFuture,

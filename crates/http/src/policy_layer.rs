@@ -1,11 +1,10 @@
 //! [`PolicyLayer`]: the tower layer over a [`tollgate_policy::Policy`], several rules per request
 //! decided as one.
 
-use std::collections::HashMap;
 use std::fmt::{self, Write as _};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -13,15 +12,16 @@ use bytes::Bytes;
 use http::header::HeaderName;
 use http::{HeaderMap, Request, Response, StatusCode};
 use pin_project_lite::pin_project;
-use tollgate_core::{Clock, Decision, MonotonicClock, Quota};
+use tollgate_core::{Clock, MonotonicClock, Quota};
 use tollgate_policy::{Policy, PolicyDecision};
 use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::body::RateLimitBody;
-use crate::headers::{self, HeaderMode, PolicyHeaders};
+use crate::headers::{HeaderMode, PolicyHeaders};
 use crate::key::{ClientIp, KeyExtractor, RequestHead};
 use crate::layer::{Fields, RequestCost, UnitCost, denial, json_response};
+use crate::policy_fields::PolicyFields;
 
 const COST_BODY: &[u8] = br#"{"error":"request cost exceeds quota capacity"}"#;
 /// Descriptors one request can carry: the client address, the route, the method and this many
@@ -50,7 +50,7 @@ struct Config<C, Cf> {
     /// Field text per (rule, quota): the deciding rule and its quota vary per request (overrides,
     /// reloads), and each pair's `RateLimit-Policy` text is made once. Bounded by the rules' quota
     /// generations times their override tiers.
-    fields: RwLock<HashMap<(&'static str, Quota), PolicyHeaders>>,
+    fields: PolicyFields,
 }
 
 /// A tower [`Layer`] that decides each request against a [`Policy`]: every applicable rule at once,
@@ -132,7 +132,7 @@ impl<C: Clock + Clone + 'static> PolicyLayer<C> {
                 cost: UnitCost,
                 mode: HeaderMode::default(),
                 cost_error_status: StatusCode::PAYLOAD_TOO_LARGE,
-                fields: RwLock::new(HashMap::new()),
+                fields: PolicyFields::new(),
             },
         }
     }
@@ -306,25 +306,10 @@ impl AddrText {
 impl<C: Clock + Clone + 'static, Cf> Config<C, Cf> {
     /// The field text for `rule` under `quota`, made once per pair.
     fn policy_headers(&self, rule: &'static str, quota: Quota) -> Option<PolicyHeaders> {
-        if let Some(found) = self
-            .fields
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&(rule, quota))
-        {
-            return Some(found.clone());
-        }
-        // Rule names come from a validated config; one that is not a valid field name gets no fields.
-        let made = PolicyHeaders::new(rule, &quota).ok()?;
-        self.fields
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert((rule, quota), made.clone());
-        Some(made)
+        self.fields.headers(rule, quota)
     }
 
-    /// `(r, t)` for the deciding rule (see [`crate::headers`]): `t` is the wait until more than `r`
-    /// units pass that rule.
+    /// `(r, t)` for the deciding rule (see [`crate::headers`]).
     fn service_limit(
         &self,
         decided: &PolicyDecision,
@@ -332,21 +317,7 @@ impl<C: Clock + Clone + 'static, Cf> Config<C, Cf> {
         descriptors: &[(&str, &str)],
         now: tollgate_core::Nanos,
     ) -> (u64, u64) {
-        match decided.decision {
-            Decision::Denied { retry_after, .. } => (0, headers::retry_secs(retry_after)),
-            Decision::Allowed { remaining, .. } => {
-                let t = match remaining
-                    .checked_add(1)
-                    .and_then(|more| self.policy.peek_rule_at(rule, descriptors, now, more))
-                {
-                    Some(Ok(Decision::Denied { retry_after, .. })) => {
-                        headers::ceil_secs(retry_after)
-                    }
-                    _ => 0,
-                };
-                (remaining, if remaining == 0 { t.max(1) } else { t })
-            }
-        }
+        crate::policy_fields::service_limit(&self.policy, decided, rule, descriptors, now)
     }
 }
 

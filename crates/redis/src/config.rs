@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use tollgate_core::Decision;
 
+use crate::breaker::BreakerConfig;
+
 /// What a limiter answers when Redis cannot (timeout, connection down, server error).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FaultPolicy {
@@ -68,10 +70,12 @@ pub struct RedisConfig {
     timeout: Duration,
     policy: FaultPolicy,
     time: TimeSource,
+    breaker: BreakerConfig,
 }
 
 impl Default for RedisConfig {
-    /// Prefix `"tollgate:"`, a 50 ms timeout, fail closed (retry after 1 s), server time.
+    /// Prefix `"tollgate:"`, a 50 ms timeout, fail closed (retry after 1 s), server time, and a
+    /// circuit breaker that opens after 3 consecutive failures and probes every 100 ms.
     fn default() -> Self {
         RedisConfig {
             prefix: "tollgate:".to_owned(),
@@ -80,6 +84,7 @@ impl Default for RedisConfig {
                 retry_after: Duration::from_secs(1),
             },
             time: TimeSource::Server,
+            breaker: BreakerConfig::default(),
         }
     }
 }
@@ -107,6 +112,19 @@ impl RedisConfig {
     pub fn with_time(mut self, time: TimeSource) -> Self {
         self.time = time;
         self
+    }
+
+    /// The circuit breaker in front of the connection (see [`BreakerConfig`]): after
+    /// `failures` consecutive outage failures, calls are answered by the fault policy at once
+    /// without touching the network, and one caller per `probe_interval` probes Redis.
+    pub fn with_breaker(mut self, breaker: BreakerConfig) -> Self {
+        self.breaker = breaker;
+        self
+    }
+
+    /// The circuit-breaker settings.
+    pub fn breaker(&self) -> BreakerConfig {
+        self.breaker
     }
 
     /// The key prefix.

@@ -28,6 +28,9 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+    /// The circuit breaker is open after consecutive outage failures: the call was answered without
+    /// touching the network (see [`BreakerConfig`](crate::BreakerConfig)). An outage.
+    CircuitOpen,
     /// The key holds another Redis type than this limiter stores (`WRONGTYPE`): most likely two
     /// limiters (algorithms) share a key prefix. A configuration error, not an outage: give each
     /// limiter its own prefix.
@@ -47,11 +50,12 @@ impl Error {
     }
 
     /// Whether Redis could not be reached or answer in time ([`Error::Timeout`], [`Error::Redis`],
-    /// [`Error::BadReply`]): an outage, as opposed to bad state or configuration.
+    /// [`Error::BadReply`], [`Error::CircuitOpen`]): an outage, as opposed to bad state or
+    /// configuration.
     pub fn is_outage(&self) -> bool {
         matches!(
             self,
-            Error::Timeout(_) | Error::Redis(_) | Error::BadReply(_)
+            Error::Timeout(_) | Error::Redis(_) | Error::BadReply(_) | Error::CircuitOpen
         )
     }
 
@@ -68,6 +72,10 @@ impl fmt::Display for Error {
             Error::Timeout(d) => write!(f, "redis did not answer within {d:?}"),
             Error::Redis(e) => write!(f, "redis error: {e}"),
             Error::BadReply(what) => write!(f, "unexpected reply from the limiter script: {what}"),
+            Error::CircuitOpen => write!(
+                f,
+                "redis circuit breaker open after consecutive failures (not tried)"
+            ),
             Error::CorruptState { key, reason } => {
                 write!(f, "corrupt limiter state under redis key {key:?}: {reason}")
             }
@@ -87,6 +95,7 @@ impl std::error::Error for Error {
             Error::Redis(e) => Some(e),
             Error::Timeout(_)
             | Error::BadReply(_)
+            | Error::CircuitOpen
             | Error::CorruptState { .. }
             | Error::WrongType { .. } => None,
         }

@@ -11,8 +11,11 @@ use crate::error::Error;
 /// built, shared by its clones).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FaultCounts {
-    /// Redis unreachable, slow or failing ([`Error::is_outage`]).
+    /// Redis unreachable, slow or failing ([`Error::is_outage`]), found by trying it.
     pub outages: u64,
+    /// Answered during an outage without trying Redis: the circuit breaker was open
+    /// ([`Error::CircuitOpen`]).
+    pub circuit_open: u64,
     /// Stored state the script refused ([`Error::CorruptState`]).
     pub corrupt: u64,
     /// Configuration errors ([`Error::WrongType`]): a key of another type under this prefix.
@@ -23,6 +26,7 @@ pub struct FaultCounts {
 #[derive(Debug, Default)]
 pub(crate) struct Faults {
     outages: AtomicU64,
+    circuit_open: AtomicU64,
     corrupt: AtomicU64,
     config: AtomicU64,
 }
@@ -32,6 +36,7 @@ impl Faults {
         // Relaxed: independent statistics; nothing is published through them.
         FaultCounts {
             outages: self.outages.load(Ordering::Relaxed),
+            circuit_open: self.circuit_open.load(Ordering::Relaxed),
             corrupt: self.corrupt.load(Ordering::Relaxed),
             config: self.config.load(Ordering::Relaxed),
         }
@@ -46,6 +51,7 @@ impl Faults {
         let counter = match result {
             Ok(decision) => return Ok(decision),
             Err(Error::Cost(e)) => return Err(e),
+            Err(Error::CircuitOpen) => &self.circuit_open,
             Err(Error::CorruptState { .. }) => &self.corrupt,
             Err(Error::WrongType { .. }) => &self.config,
             Err(_) => &self.outages,

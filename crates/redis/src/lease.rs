@@ -9,6 +9,7 @@ use crossbeam_utils::CachePadded;
 use redis::aio::{ConnectionLike, ConnectionManager};
 use tollgate_core::{CheckError, Clock, Decision, MonotonicClock, Nanos, Quota, QuotaError};
 
+use crate::breaker::{Breaker, BreakerStats};
 use crate::config::RedisConfig;
 use crate::encoding::{ScriptParams, TatUnits, gcra_quota};
 use crate::error::Error;
@@ -156,6 +157,14 @@ impl Slot {
 ///   denial cache may deny for up to one `retry_after` that another instance's future grants cannot
 ///   shorten (grants only ever push the bucket's TAT later, so this never denies what the bucket would
 ///   admit, up to clock-rate differences).
+/// * **Fleet bound, both ways** (checked by `tests/fleet.rs`): `n` instances sharing a key from a
+///   full bucket over `[0, T]` admit at most `burst + rate × T` (as one per-request limiter), and at
+///   least the per-request count minus `n × k × (⌈T / ttl⌉ + 1)`: every granted unit is admitted,
+///   stranded or still held, and each instance strands or holds at most `k` units per lease it
+///   takes (at most one per lifetime while demand lasts, plus the one live at `T`). Measured with 4
+///   instances, `k` = 10, ttl 100 ms, 500/s burst 50 over 2 s: admissions equal the per-request
+///   GCRA's at 0.5×, 1× and 4× demand (500, 1000, 1049); 204 units stranded at 0.5× cost nothing
+///   because demand was below the rate.
 ///
 /// Local state lives under one short mutex per key, found in a key table of 16 mutex-guarded shards
 /// (a local decision takes two uncontended locks and no reference count); the refill is
@@ -175,6 +184,7 @@ pub struct LeasedLimiter<C = ConnectionManager, K = MonotonicClock> {
     shards: Box<[CachePadded<Mutex<Table>>]>,
     hasher: RandomState,
     faults: Faults,
+    breaker: Breaker,
     /// Totals of the decisions made without a slot (see [`LeaseStats::untracked`]).
     untracked: Mutex<LeaseStats>,
 }
@@ -241,6 +251,7 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
             return Err(QuotaError::InvalidDuration);
         }
         Ok(LeasedLimiter {
+            breaker: Breaker::new(config.breaker(), config.prefix()),
             conn,
             config,
             lease: LeaseConfig {
@@ -302,6 +313,12 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
     /// [`RedisLimiter::faults`](crate::RedisLimiter::faults)).
     pub fn faults(&self) -> FaultCounts {
         self.faults.snapshot()
+    }
+
+    /// The circuit breaker's state and counters (see [`BreakerConfig`](crate::BreakerConfig)); live
+    /// leases keep being spent locally while it is open.
+    pub fn breaker(&self) -> BreakerStats {
+        self.breaker.stats()
     }
 
     /// Totals over all keys tracked now (`held` counts live leases at the limiter's clock).
@@ -401,8 +418,16 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
         let time = scripts::time_arg(&self.config, at);
         let cost_arg = cost.to_string();
         let head = [&*time, &*cost_arg, &*cost_arg];
-        let result =
-            scripts::invoke(&self.conn, &self.config, &LEASE, key, head, &self.params).await;
+        let result = scripts::invoke(
+            &self.conn,
+            &self.breaker,
+            &self.config,
+            &LEASE,
+            key,
+            head,
+            &self.params,
+        )
+        .await;
         let mut stats = self.untracked.lock().unwrap_or_else(|e| e.into_inner());
         stats.redis_calls += 1;
         stats.untracked += 1;
@@ -450,8 +475,16 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
         let max = self.lease.size.max(min).to_string();
         let min = min.to_string();
         let head = [&*time, &*min, &*max];
-        let result =
-            scripts::invoke(&self.conn, &self.config, &LEASE, key, head, &self.params).await;
+        let result = scripts::invoke(
+            &self.conn,
+            &self.breaker,
+            &self.config,
+            &LEASE,
+            key,
+            head,
+            &self.params,
+        )
+        .await;
         // Local expiries count from when the answer arrived, not from when we asked.
         let now = at.unwrap_or_else(|| self.clock.now());
         let mut local = slot.local();

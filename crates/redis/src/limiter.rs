@@ -7,6 +7,7 @@ use tollgate_core::{
     CheckError, Decision, FixedWindow, Gcra, Nanos, Quota, QuotaError, SlidingWindow,
 };
 
+use crate::breaker::{Breaker, BreakerStats};
 use crate::config::RedisConfig;
 use crate::encoding::{RedisEncoding, ScriptParams};
 use crate::error::Error;
@@ -48,6 +49,7 @@ pub struct RedisLimiter<A = Gcra, C = ConnectionManager> {
     algorithm: A,
     params: ScriptParams,
     faults: Arc<Faults>,
+    breaker: Arc<Breaker>,
 }
 
 impl<A: RedisEncoding, C: ConnectionLike + Clone + Send + Sync> RedisLimiter<A, C> {
@@ -69,6 +71,7 @@ impl<A: RedisEncoding, C: ConnectionLike + Clone + Send + Sync> RedisLimiter<A, 
     /// [`RedisEncoding::redis_quota`], or use [`new`](Self::new)).
     pub fn from_algorithm(conn: C, algorithm: A, config: RedisConfig) -> Result<Self, QuotaError> {
         Ok(RedisLimiter {
+            breaker: Arc::new(Breaker::new(config.breaker(), config.prefix())),
             conn,
             config,
             params: algorithm.script_params()?,
@@ -101,6 +104,12 @@ impl<A: RedisEncoding, C: ConnectionLike + Clone + Send + Sync> RedisLimiter<A, 
     /// configuration errors (shared by this limiter's clones).
     pub fn faults(&self) -> FaultCounts {
         self.faults.snapshot()
+    }
+
+    /// The circuit breaker's state and counters (shared by this limiter's clones; see
+    /// [`BreakerConfig`](crate::BreakerConfig)).
+    pub fn breaker(&self) -> BreakerStats {
+        self.breaker.stats()
     }
 
     /// Decides `cost` units for `key`, consuming capacity if allowed. When no decision can be made
@@ -176,6 +185,7 @@ impl<A: RedisEncoding, C: ConnectionLike + Clone + Send + Sync> RedisLimiter<A, 
         let head = [&*time, &*cost, peek];
         let reply = scripts::invoke(
             &self.conn,
+            &self.breaker,
             &self.config,
             A::script(),
             key,

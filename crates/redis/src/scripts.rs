@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use redis::Script;
 use tollgate_core::{Decision, Nanos};
 
+use crate::breaker::{Admission, Breaker, Outcome};
 use crate::config::{RedisConfig, TimeSource};
 use crate::encoding::ScriptParams;
 use crate::error::Error;
@@ -85,8 +86,32 @@ impl Reply {
 }
 
 /// Runs `script` on one key (EVALSHA, loading the script on NOSCRIPT) under the configured timeout,
-/// with arguments `head` (time, and two per script) then the algorithm's parameters.
+/// with arguments `head` (time, and two per script) then the algorithm's parameters; unless
+/// `breaker` is open, in which case [`Error::CircuitOpen`] comes back at once.
 pub(crate) async fn invoke<C>(
+    conn: &C,
+    breaker: &Breaker,
+    config: &RedisConfig,
+    script: &Script,
+    key: &str,
+    head: [&str; 3],
+    params: &ScriptParams,
+) -> Result<Reply, Error>
+where
+    C: redis::aio::ConnectionLike + Clone + Send,
+{
+    if breaker.admit() == Admission::Reject {
+        return Err(Error::CircuitOpen);
+    }
+    let result = call(conn, config, script, key, head, params).await;
+    breaker.record(match &result {
+        Err(e) if e.is_outage() => Outcome::Failed,
+        _ => Outcome::Answered,
+    });
+    result
+}
+
+async fn call<C>(
     conn: &C,
     config: &RedisConfig,
     script: &Script,

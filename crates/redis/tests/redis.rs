@@ -1058,6 +1058,7 @@ async fn two_limiters_sharing_a_key_is_a_configuration_error() {
         gcra.faults(),
         tollgate_redis::FaultCounts {
             outages: 0,
+            circuit_open: 0,
             corrupt: 0,
             config: 1
         }

@@ -1,6 +1,8 @@
 //! A private `redis-server` per test: started on a free loopback port, killed on drop.
 #![allow(dead_code)]
 
+pub mod cluster;
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};

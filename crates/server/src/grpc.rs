@@ -1,0 +1,184 @@
+//! `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit` over the [`Limiter`].
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use envoy_types::pb::envoy::config::core::v3::HeaderValue;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus, RateLimit,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use tollgate_core::{Decision, Quota};
+use tollgate_http::headers::{RATELIMIT, RATELIMIT_POLICY};
+use tonic::{Request, Response, Status};
+
+use crate::service::{Answer, CheckError, Limiter, Verdict};
+
+pub use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
+
+/// The RLS implementation.
+#[derive(Clone)]
+pub struct Rls {
+    limiter: Arc<Limiter>,
+}
+
+impl Rls {
+    /// Over `limiter`.
+    pub fn new(limiter: Arc<Limiter>) -> Self {
+        Rls { limiter }
+    }
+}
+
+#[tonic::async_trait]
+impl RateLimitService for Rls {
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        let started = Instant::now();
+        let req = request.into_inner();
+        let hits = u64::from(req.hits_addend);
+        let descriptors: Vec<(Vec<(&str, &str)>, u64)> = req
+            .descriptors
+            .iter()
+            .map(|d| {
+                let entries = d
+                    .entries
+                    .iter()
+                    .map(|e| (e.key.as_str(), e.value.as_str()))
+                    .collect();
+                // A descriptor's own hits_addend wins over the request's; 0 means 1, as in Envoy.
+                let cost = d.hits_addend.as_ref().map_or(hits, |h| h.value);
+                (entries, cost.max(1))
+            })
+            .collect();
+        let answer = match self.limiter.check(&req.domain, &descriptors) {
+            Ok(answer) => answer,
+            Err(e) => {
+                let (label, status) = match e {
+                    CheckError::UnknownDomain(d) => (
+                        "unknown_domain",
+                        Status::not_found(format!("unknown domain `{d}`")),
+                    ),
+                    CheckError::Malformed(m) => ("malformed", Status::invalid_argument(m)),
+                };
+                metrics::counter!("tollgate_server_errors_total", "api" => "grpc", "reason" => label)
+                    .increment(1);
+                tracing::debug!(domain = %req.domain, error = %status.message(), "rejected");
+                return Err(status);
+            }
+        };
+        let response = to_response(&answer);
+        record("grpc", &req.domain, answer.ok, started);
+        Ok(Response::new(response))
+    }
+}
+
+/// Counts a decided request and its latency.
+pub(crate) fn record(api: &'static str, domain: &str, ok: bool, started: Instant) {
+    let code = if ok { "ok" } else { "over_limit" };
+    metrics::counter!("tollgate_server_requests_total", "api" => api, "domain" => domain.to_owned(), "code" => code)
+        .increment(1);
+    metrics::histogram!("tollgate_server_decision_seconds", "api" => api)
+        .record(started.elapsed().as_secs_f64());
+}
+
+fn code(ok: bool) -> i32 {
+    if ok {
+        Code::Ok as i32
+    } else {
+        Code::OverLimit as i32
+    }
+}
+
+/// The Envoy response for an answer.
+pub fn to_response(answer: &Answer) -> RateLimitResponse {
+    let statuses = answer.statuses.iter().map(status).collect();
+    let mut headers = Vec::new();
+    if let Some(f) = &answer.fields {
+        let text = |v: &http::HeaderValue| v.to_str().unwrap_or_default().to_owned();
+        headers.push(header(RATELIMIT_POLICY.as_str(), text(&f.ratelimit_policy)));
+        headers.push(header(RATELIMIT.as_str(), text(&f.ratelimit)));
+        if let Some(retry) = &f.retry_after {
+            headers.push(header(http::header::RETRY_AFTER.as_str(), text(retry)));
+        }
+    }
+    RateLimitResponse {
+        overall_code: code(answer.ok),
+        statuses,
+        response_headers_to_add: headers,
+        ..Default::default()
+    }
+}
+
+fn header(key: &str, value: String) -> HeaderValue {
+    HeaderValue {
+        key: key.to_owned(),
+        value,
+        ..Default::default()
+    }
+}
+
+fn status(verdict: &Verdict) -> DescriptorStatus {
+    match verdict {
+        Verdict::CostTooLarge(_) => DescriptorStatus {
+            code: Code::OverLimit as i32,
+            ..Default::default()
+        },
+        Verdict::Decided(d) => {
+            let (remaining, reset) = match d.decision {
+                Decision::Allowed {
+                    remaining,
+                    reset_after,
+                } => (remaining, reset_after),
+                Decision::Denied { reset_after, .. } => (0, reset_after),
+            };
+            let current_limit = d.rule.zip(d.quota).map(|(rule, q)| current_limit(rule, &q));
+            DescriptorStatus {
+                code: code(d.is_allowed()),
+                limit_remaining: if current_limit.is_some() {
+                    u32::try_from(remaining).unwrap_or(u32::MAX)
+                } else {
+                    0
+                },
+                duration_until_reset: current_limit.as_ref().map(|_| proto_duration(reset)),
+                current_limit,
+                ..Default::default()
+            }
+        }
+    }
+}
+
+/// The quota in Envoy's terms: `requests_per_unit` per second, minute, hour or day. A period that
+/// is one of those units is exact; any other is expressed per the smallest unit at least as long,
+/// scaled down (rounded down, at least 1), so Envoy is never told more than the quota gives.
+pub fn current_limit(rule: &str, quota: &Quota) -> RateLimit {
+    const UNITS: [(u64, Unit); 4] = [
+        (1, Unit::Second),
+        (60, Unit::Minute),
+        (3_600, Unit::Hour),
+        (86_400, Unit::Day),
+    ];
+    let period = u128::from(quota.period_nanos());
+    let (secs, unit) = UNITS
+        .iter()
+        .copied()
+        .find(|(s, _)| u128::from(*s) * 1_000_000_000 >= period)
+        .unwrap_or(UNITS[3]);
+    let unit_nanos = u128::from(secs) * 1_000_000_000;
+    let per_unit = (u128::from(quota.limit()) * unit_nanos / period.max(1)).max(1);
+    RateLimit {
+        name: rule.to_owned(),
+        requests_per_unit: u32::try_from(per_unit).unwrap_or(u32::MAX),
+        unit: unit as i32,
+    }
+}
+
+fn proto_duration(d: Duration) -> envoy_types::pb::google::protobuf::Duration {
+    envoy_types::pb::google::protobuf::Duration {
+        seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        nanos: i32::try_from(d.subsec_nanos()).unwrap_or(0),
+    }
+}

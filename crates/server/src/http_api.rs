@@ -1,0 +1,218 @@
+//! The HTTP side: `POST /v1/check` (JSON) for callers that are not Envoy, `GET /metrics`
+//! (Prometheus text) and `GET /healthz`.
+//!
+//! `POST /v1/check` takes
+//! `{"domain":"edge","descriptors":[{"entries":{"remote_address":"192.0.2.1"},"hits_addend":1}],"hits_addend":1}`
+//! (`hits_addend` optional at both levels, 0 meaning 1) and answers `200` when every descriptor
+//! is within its limits, `429` when any is over, `404` for an unknown domain and `400` for a
+//! malformed request, with `RateLimit`, `RateLimit-Policy` (and `Retry-After` on a 429) on the
+//! response and in the body:
+//! `{"overall_code":"OK","statuses":[{"code":"OK","rule":"per_ip","limit":100,"window_ms":1000,"remaining":99,"reset_after_ms":10,"retry_after_ms":null,"shadow_denied":false}],"headers":{"ratelimit":"..."}}`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use metrics_exporter_prometheus::PrometheusHandle;
+use serde::{Deserialize, Serialize};
+use tollgate_core::Decision;
+use tollgate_http::headers::{RATELIMIT, RATELIMIT_POLICY};
+
+use crate::service::{CheckError, Limiter, Verdict};
+
+/// What the HTTP handlers share.
+#[derive(Clone)]
+pub struct HttpState {
+    /// The decision.
+    pub limiter: Arc<Limiter>,
+    /// The Prometheus recorder's handle (renders `/metrics`).
+    pub metrics: Option<PrometheusHandle>,
+}
+
+/// The router.
+pub fn router(state: HttpState) -> Router {
+    Router::new()
+        .route("/v1/check", post(check))
+        .route("/metrics", get(metrics_text))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .with_state(state)
+}
+
+/// `POST /v1/check` body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckRequest {
+    /// The domain.
+    pub domain: String,
+    /// The descriptors, each decided as one.
+    pub descriptors: Vec<JsonDescriptor>,
+    /// Cost of every descriptor without its own (0 or absent: 1).
+    #[serde(default)]
+    pub hits_addend: u64,
+}
+
+/// One descriptor.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JsonDescriptor {
+    /// `name -> value`.
+    pub entries: BTreeMap<String, String>,
+    /// This descriptor's cost (overrides the request's).
+    #[serde(default)]
+    pub hits_addend: Option<u64>,
+}
+
+/// One descriptor's answer.
+#[derive(Debug, Serialize)]
+pub struct JsonStatus {
+    /// `OK` or `OVER_LIMIT`.
+    pub code: &'static str,
+    /// The deciding rule, if one applied.
+    pub rule: Option<&'static str>,
+    /// Its quota's units per window.
+    pub limit: Option<u64>,
+    /// Its window.
+    pub window_ms: Option<u128>,
+    /// Units left (0 when denied).
+    pub remaining: Option<u64>,
+    /// Until the quota is whole again.
+    pub reset_after_ms: Option<u128>,
+    /// On a denial: the wait until the cost fits.
+    pub retry_after_ms: Option<u128>,
+    /// A shadow rule would have denied.
+    pub shadow_denied: bool,
+    /// An enforcing rule can never admit this cost.
+    pub cost_too_large: bool,
+}
+
+async fn check(
+    State(state): State<HttpState>,
+    body: Result<Json<CheckRequest>, axum::extract::rejection::JsonRejection>,
+) -> axum::response::Response {
+    let started = Instant::now();
+    let Json(req) = match body {
+        Ok(body) => body,
+        Err(e) => {
+            metrics::counter!("tollgate_server_errors_total", "api" => "http", "reason" => "malformed")
+                .increment(1);
+            return error(StatusCode::BAD_REQUEST, &e.body_text());
+        }
+    };
+    let descriptors: Vec<(Vec<(&str, &str)>, u64)> = req
+        .descriptors
+        .iter()
+        .map(|d| {
+            let entries = d
+                .entries
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            (entries, d.hits_addend.unwrap_or(req.hits_addend).max(1))
+        })
+        .collect();
+    let answer = match state.limiter.check(&req.domain, &descriptors) {
+        Ok(a) => a,
+        Err(CheckError::UnknownDomain(d)) => {
+            metrics::counter!("tollgate_server_errors_total", "api" => "http", "reason" => "unknown_domain")
+                .increment(1);
+            return error(StatusCode::NOT_FOUND, &format!("unknown domain `{d}`"));
+        }
+        Err(CheckError::Malformed(m)) => {
+            metrics::counter!("tollgate_server_errors_total", "api" => "http", "reason" => "malformed")
+                .increment(1);
+            return error(StatusCode::BAD_REQUEST, &m);
+        }
+    };
+    crate::grpc::record("http", &req.domain, answer.ok, started);
+    let statuses: Vec<JsonStatus> = answer.statuses.iter().map(json_status).collect();
+    let mut headers = HeaderMap::new();
+    let mut shown = BTreeMap::new();
+    if let Some(f) = &answer.fields {
+        headers.insert(RATELIMIT_POLICY.clone(), f.ratelimit_policy.clone());
+        headers.insert(RATELIMIT.clone(), f.ratelimit.clone());
+        if let Some(r) = &f.retry_after {
+            headers.insert(axum::http::header::RETRY_AFTER, r.clone());
+        }
+        for (name, value) in &headers {
+            shown.insert(
+                name.as_str().to_owned(),
+                value.to_str().unwrap_or_default().to_owned(),
+            );
+        }
+    }
+    let status = if answer.ok {
+        StatusCode::OK
+    } else {
+        StatusCode::TOO_MANY_REQUESTS
+    };
+    let body = serde_json::json!({
+        "overall_code": if answer.ok { "OK" } else { "OVER_LIMIT" },
+        "statuses": statuses,
+        "headers": shown,
+    });
+    (status, headers, Json(body)).into_response()
+}
+
+fn json_status(v: &Verdict) -> JsonStatus {
+    match v {
+        Verdict::CostTooLarge(_) => JsonStatus {
+            code: "OVER_LIMIT",
+            rule: None,
+            limit: None,
+            window_ms: None,
+            remaining: None,
+            reset_after_ms: None,
+            retry_after_ms: None,
+            shadow_denied: false,
+            cost_too_large: true,
+        },
+        Verdict::Decided(d) => {
+            let (remaining, reset, retry) = match d.decision {
+                Decision::Allowed {
+                    remaining,
+                    reset_after,
+                } => (remaining, reset_after, None),
+                Decision::Denied {
+                    retry_after,
+                    reset_after,
+                    ..
+                } => (0, reset_after, Some(retry_after.as_millis())),
+            };
+            let applied = d.rule.is_some();
+            JsonStatus {
+                code: if d.is_allowed() { "OK" } else { "OVER_LIMIT" },
+                rule: d.rule,
+                limit: d.quota.map(|q| q.limit()),
+                window_ms: d.quota.map(|q| q.period().as_millis()),
+                remaining: applied.then_some(remaining),
+                reset_after_ms: applied.then_some(reset.as_millis()),
+                retry_after_ms: retry,
+                shadow_denied: d.shadow_denied,
+                cost_too_large: false,
+            }
+        }
+    }
+}
+
+fn error(status: StatusCode, message: &str) -> axum::response::Response {
+    (status, Json(serde_json::json!({ "error": message }))).into_response()
+}
+
+async fn metrics_text(State(state): State<HttpState>) -> axum::response::Response {
+    match &state.metrics {
+        Some(handle) => (
+            [(
+                axum::http::header::CONTENT_TYPE,
+                "text/plain; version=0.0.4",
+            )],
+            handle.render(),
+        )
+            .into_response(),
+        None => error(StatusCode::NOT_FOUND, "no metrics recorder installed"),
+    }
+}

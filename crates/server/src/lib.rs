@@ -1,0 +1,21 @@
+//! tollgate-server: the rate-limit service that Envoy-based gateways call
+//! (`envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`, gRPC), plus `POST /v1/check`
+//! (JSON), `GET /metrics` (Prometheus), `/healthz` and the standard gRPC health service, over one
+//! tollgate-policy [`Policy`](tollgate_policy::Policy) per Envoy domain.
+//!
+//! * Each `RateLimitDescriptor` is one policy check (entries -> descriptors, cost = its
+//!   `hits_addend`, else the request's, 0 meaning 1). Every rule that applies to a descriptor is
+//!   decided as one; descriptors of one request are decided independently at one clock reading
+//!   (see [`service::Limiter::check`]).
+//! * Shadow rules answer OK. A cost no enforcing rule can ever admit is answered OVER_LIMIT (fails
+//!   closed). An unknown domain is `NOT_FOUND` and a malformed request `INVALID_ARGUMENT` (Envoy's
+//!   `failure_mode_deny` then decides; the server keeps serving).
+//! * The response carries `RateLimit`, `RateLimit-Policy` and, when over the limit, `Retry-After`
+//!   (text from tollgate-http, the fields' one home) for Envoy to add.
+//! * Backend: embedded (this process holds the state). Redis is not wired in yet.
+
+pub mod app;
+pub mod config;
+pub mod grpc;
+pub mod http_api;
+pub mod service;

@@ -1,0 +1,240 @@
+//! The decision shared by the gRPC and HTTP front ends: a request's descriptors through its
+//! domain's policy, and the live set of domains that reloads replace.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use tollgate_core::Decision;
+use tollgate_http::{FieldValues, PolicyFields};
+use tollgate_policy::{Policy, PolicyDecision, PolicyError};
+
+use crate::config::{Backend, ServerConfig};
+
+/// Most descriptors one request may carry; more is a malformed request.
+pub const MAX_DESCRIPTORS: usize = 64;
+/// Most entries one descriptor may carry.
+pub const MAX_ENTRIES: usize = 32;
+
+/// One domain: its policy and the cache of its header field text.
+pub struct Domain {
+    /// The domain's rules and state.
+    pub policy: Policy,
+    /// `RateLimit` / `RateLimit-Policy` text per (rule, quota).
+    pub fields: PolicyFields,
+    /// Its backend (embedded only, for now).
+    pub backend: Backend,
+}
+
+/// The domains served, swapped whole on reload.
+pub type Domains = HashMap<String, Arc<Domain>>;
+
+/// The live domains and the decision over them.
+pub struct Limiter {
+    domains: ArcSwap<Domains>,
+}
+
+/// Why a request could not be decided (answered with an error, not a decision).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CheckError {
+    /// The domain is not configured.
+    UnknownDomain(String),
+    /// The request is malformed (no domain, no descriptors, an empty entry key, too many ...).
+    Malformed(String),
+}
+
+/// One descriptor's verdict.
+#[derive(Clone, Copy, Debug)]
+pub enum Verdict {
+    /// The policy decided (allowed, denied, or allowed with a shadow denial).
+    Decided(PolicyDecision),
+    /// The cost can never be admitted by an enforcing rule: answered as over the limit (fails
+    /// closed; retrying cannot help, so no wait is advertised).
+    CostTooLarge(PolicyError),
+}
+
+impl Verdict {
+    /// Whether this descriptor is within its limits.
+    pub fn is_ok(&self) -> bool {
+        match self {
+            Verdict::Decided(d) => d.is_allowed(),
+            Verdict::CostTooLarge(_) => false,
+        }
+    }
+}
+
+/// A whole request's answer.
+pub struct Answer {
+    /// One verdict per descriptor, in request order.
+    pub statuses: Vec<Verdict>,
+    /// Whether every descriptor is OK.
+    pub ok: bool,
+    /// The fields of the deciding descriptor: the denying one with the longest wait when over the
+    /// limit, else the one with the fewest units left. `None` when no enforcing rule applied.
+    pub fields: Option<FieldValues>,
+}
+
+impl Limiter {
+    /// Builds every domain of `config`.
+    ///
+    /// # Errors
+    /// The first domain whose policy cannot be built.
+    pub fn new(config: &ServerConfig) -> Result<Self, String> {
+        let domains = build(config, None)?;
+        Ok(Limiter {
+            domains: ArcSwap::from_pointee(domains),
+        })
+    }
+
+    /// Applies a new config with the policy engine's reload semantics: a domain that stays keeps
+    /// its policy (unchanged rules keep their state, so no fresh burst); new domains start fresh;
+    /// removed ones go. Every domain's new policy is built first, and nothing changes when any
+    /// fails.
+    ///
+    /// # Errors
+    /// The first domain that fails; the old config stays in force.
+    pub fn reload(&self, config: &ServerConfig) -> Result<(), String> {
+        let current = self.domains.load_full();
+        let next = build(config, Some(&current))?;
+        self.domains.store(Arc::new(next));
+        Ok(())
+    }
+
+    /// The domains now.
+    pub fn domains(&self) -> arc_swap::Guard<Arc<Domains>> {
+        self.domains.load()
+    }
+
+    /// Decides one request: each descriptor (a list of `(key, value)` entries) with its cost is
+    /// one policy check, all at one clock reading.
+    ///
+    /// # Atomicity
+    /// All rules that apply to one descriptor are decided as one (the policy engine's guarantee:
+    /// a denial gives back what the other rules admitted). Across descriptors of one request the
+    /// decisions are independent, as in Envoy's reference service: a descriptor admitted keeps its
+    /// units even when another descriptor of the same request is over its limit.
+    ///
+    /// # Errors
+    /// [`CheckError`] for an unknown domain or a malformed request; nothing is consumed.
+    pub fn check(
+        &self,
+        domain: &str,
+        descriptors: &[(Vec<(&str, &str)>, u64)],
+    ) -> Result<Answer, CheckError> {
+        if domain.is_empty() {
+            return Err(CheckError::Malformed("domain is empty".into()));
+        }
+        if descriptors.is_empty() {
+            return Err(CheckError::Malformed("no descriptors".into()));
+        }
+        if descriptors.len() > MAX_DESCRIPTORS {
+            return Err(CheckError::Malformed(format!(
+                "{} descriptors (at most {MAX_DESCRIPTORS})",
+                descriptors.len()
+            )));
+        }
+        for (i, (entries, _)) in descriptors.iter().enumerate() {
+            if entries.is_empty() {
+                return Err(CheckError::Malformed(format!(
+                    "descriptor {i} has no entries"
+                )));
+            }
+            if entries.len() > MAX_ENTRIES {
+                return Err(CheckError::Malformed(format!(
+                    "descriptor {i} has {} entries (at most {MAX_ENTRIES})",
+                    entries.len()
+                )));
+            }
+            if entries.iter().any(|(k, _)| k.is_empty()) {
+                return Err(CheckError::Malformed(format!(
+                    "descriptor {i} has an entry with an empty key"
+                )));
+            }
+        }
+        let domains = self.domains.load();
+        let Some(dom) = domains.get(domain) else {
+            return Err(CheckError::UnknownDomain(domain.to_owned()));
+        };
+        let now = dom.policy.now();
+        let mut statuses = Vec::with_capacity(descriptors.len());
+        for (entries, cost) in descriptors {
+            let verdict = match dom.policy.check_at(entries, now, (*cost).max(1)) {
+                Ok(d) => Verdict::Decided(d),
+                Err(e) => Verdict::CostTooLarge(e),
+            };
+            statuses.push(verdict);
+        }
+        let ok = statuses.iter().all(Verdict::is_ok);
+        let deciding = deciding(&statuses, ok);
+        let fields = deciding.and_then(|i| match statuses[i] {
+            Verdict::Decided(d) => dom
+                .fields
+                .for_decision(&dom.policy, &d, &descriptors[i].0, now),
+            Verdict::CostTooLarge(_) => None,
+        });
+        Ok(Answer {
+            statuses,
+            ok,
+            fields,
+        })
+    }
+}
+
+/// The descriptor whose fields the response carries.
+fn deciding(statuses: &[Verdict], ok: bool) -> Option<usize> {
+    let mut best: Option<(usize, u64, Duration)> = None;
+    for (i, v) in statuses.iter().enumerate() {
+        let Verdict::Decided(d) = v else { continue };
+        if d.rule.is_none() {
+            continue;
+        }
+        match (ok, d.decision) {
+            (false, Decision::Denied { retry_after, .. })
+                if best.is_none_or(|(_, _, w)| retry_after > w) =>
+            {
+                best = Some((i, 0, retry_after));
+            }
+            (true, Decision::Allowed { remaining, .. })
+                if best.is_none_or(|(_, r, _)| remaining < r) =>
+            {
+                best = Some((i, remaining, Duration::ZERO));
+            }
+            _ => {}
+        }
+    }
+    best.map(|(i, _, _)| i)
+}
+
+fn build(config: &ServerConfig, current: Option<&Domains>) -> Result<Domains, String> {
+    // Build (and so fully check) every new policy before touching a live one.
+    let mut fresh = HashMap::new();
+    for d in &config.domains {
+        let policy =
+            Policy::new(d.policy.clone()).map_err(|e| format!("domain `{}`: {e}", d.name))?;
+        fresh.insert(d.name.clone(), policy);
+    }
+    let mut out = HashMap::new();
+    for d in &config.domains {
+        let built = fresh.remove(&d.name);
+        let kept = current
+            .and_then(|c| c.get(&d.name))
+            .filter(|c| c.backend == d.backend);
+        let domain = match (kept, built) {
+            (Some(old), _) => {
+                old.policy
+                    .reload(d.policy.clone())
+                    .map_err(|e| format!("domain `{}`: {e}", d.name))?;
+                Arc::clone(old)
+            }
+            (None, Some(policy)) => Arc::new(Domain {
+                policy,
+                fields: PolicyFields::new(),
+                backend: d.backend,
+            }),
+            (None, None) => return Err(format!("domain `{}` could not be built", d.name)),
+        };
+        out.insert(d.name.clone(), domain);
+    }
+    Ok(out)
+}

@@ -1,0 +1,180 @@
+//! Reload on file change and on SIGHUP while a client loops: no failed call, the new limit
+//! applies, kept keys get no fresh burst, a bad config is logged and the old one kept.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use common::{Server, descriptor, request, temp_dir, with_ports};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use tonic::transport::Channel;
+
+fn config(limit: u64) -> String {
+    format!(
+        r#"
+[[domains]]
+name = "edge"
+[domains.policy]
+[[domains.policy.rules]]
+name = "per_user"
+match = {{ user = "any" }}
+key = ["user"]
+limit = {limit}
+period = "60s"
+capacity = 1000
+"#
+    )
+}
+
+/// Replaces the file in one rename, as editors and ConfigMap updates do.
+fn write_atomically(path: &std::path::Path, text: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+/// `(code, requests_per_unit)` of one call for `user`.
+async fn call(client: &mut RateLimitServiceClient<Channel>, user: &str) -> (i32, u32) {
+    let r = client
+        .should_rate_limit(request("edge", vec![descriptor(&[("user", user)])], 1))
+        .await
+        .expect("call")
+        .into_inner();
+    let per_unit = r.statuses[0]
+        .current_limit
+        .as_ref()
+        .map_or(0, |l| l.requests_per_unit);
+    (r.overall_code, per_unit)
+}
+
+/// Clients looping on their own keys until `stop`; returns (calls, failures).
+fn loopers(
+    client: &RateLimitServiceClient<Channel>,
+    stop: &Arc<AtomicBool>,
+) -> Vec<tokio::task::JoinHandle<(u64, u64)>> {
+    (0..2)
+        .map(|i| {
+            let mut c = client.clone();
+            let stop = Arc::clone(stop);
+            tokio::spawn(async move {
+                let (mut calls, mut failed) = (0, 0);
+                let user = format!("looper{i}");
+                // Acquire: pairs with the test's Release store of `stop`.
+                while !stop.load(Ordering::Acquire) {
+                    match c
+                        .should_rate_limit(request("edge", vec![descriptor(&[("user", &user)])], 1))
+                        .await
+                    {
+                        Ok(_) => calls += 1,
+                        Err(_) => failed += 1,
+                    }
+                }
+                (calls, failed)
+            })
+        })
+        .collect()
+}
+
+/// Polls (bounded) until a fresh key's call reports `per_unit` as its limit.
+async fn wait_for_limit(client: &mut RateLimitServiceClient<Channel>, per_unit: u32) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let probe = AtomicU64::new(0);
+    loop {
+        // Relaxed: a local counter for unique probe keys.
+        let user = format!("probe{per_unit}-{}", probe.fetch_add(1, Ordering::Relaxed));
+        if call(client, &user).await.1 == per_unit {
+            return;
+        }
+        assert!(Instant::now() < deadline, "limit {per_unit} never applied");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn exercise(server: &Server, trigger: impl Fn(&str)) {
+    let mut client = server.client().await;
+    // Spend key "x"'s whole quota (3) under the old config.
+    for _ in 0..3 {
+        assert_eq!(call(&mut client, "x").await.0, Code::Ok as i32);
+    }
+    assert_eq!(call(&mut client, "x").await.0, Code::OverLimit as i32);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let loops = loopers(&client, &stop);
+
+    // A bad config: logged, the old one kept.
+    trigger(
+        "[[domains]]\nname = \"edge\"\n[domains.policy]\n[[domains.policy.rules]]\nname = \"per_user\"\nlimit = 0\nperiod = \"1s\"\n",
+    );
+    assert!(
+        server
+            .wait_log("reload rejected", Duration::from_secs(20))
+            .is_some(),
+        "bad config logged"
+    );
+    assert_eq!(call(&mut client, "fresh-a").await.1, 3, "old config kept");
+
+    // The new limit: 6 per minute.
+    trigger(&config(6));
+    wait_for_limit(&mut client, 6).await;
+    // A new key gets the new quota, exactly.
+    let admitted = {
+        let mut n = 0;
+        for _ in 0..10 {
+            if call(&mut client, "y").await.0 == Code::Ok as i32 {
+                n += 1;
+            }
+        }
+        n
+    };
+    assert_eq!(admitted, 6, "the new limit applies to new keys");
+    // "x" spent its whole old quota: its state carried over, so no fresh burst.
+    assert_eq!(
+        call(&mut client, "x").await.0,
+        Code::OverLimit as i32,
+        "a kept key gets no fresh burst"
+    );
+
+    // Release: pairs with the loopers' Acquire loads.
+    stop.store(true, Ordering::Release);
+    let (mut calls, mut failed) = (0, 0);
+    for l in loops {
+        let (c, f) = l.await.unwrap();
+        calls += c;
+        failed += f;
+    }
+    assert!(calls > 0);
+    assert_eq!(
+        failed, 0,
+        "no call failed across the reloads ({calls} calls)"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_on_file_change() {
+    let dir = temp_dir("reload-file");
+    let server = Server::start(&dir, &config(3));
+    let path = server.config.clone();
+    exercise(&server, |text| write_atomically(&path, &with_ports(text))).await;
+    assert!(
+        server
+            .wait_log("config reloaded", Duration::from_secs(5))
+            .is_some()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_on_sighup() {
+    let dir = temp_dir("reload-hup");
+    let path = dir.join("server.toml");
+    let head = "[server]\ngrpc = \"127.0.0.1:0\"\nhttp = \"127.0.0.1:0\"\nreload_poll = \"0s\"\n";
+    std::fs::write(&path, format!("{head}{}", config(3))).unwrap();
+    let server = Server::start_file(&path);
+    exercise(&server, |text| {
+        write_atomically(&path, &format!("{head}{text}"));
+        server.signal("HUP");
+    })
+    .await;
+}
