@@ -36,9 +36,7 @@ use tollgate_core::{Decision, Quota};
 use crate::check::KeyedCheck;
 
 mod public;
-pub use public::{
-    PolicyFields, ceil_secs as whole_secs_ceil, denial_json, retry_after_secs, seconds_value,
-};
+pub use public::{denial_json, retry_after_secs, seconds_value};
 
 /// `RateLimit` (draft-ietf-httpapi-ratelimit-headers).
 pub static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");

@@ -20,21 +20,19 @@
 //! keyed by it do not apply (fails open for those rules, as the policy engine documents). A cost no
 //! rule can ever admit is answered `429` without `Retry-After` (fails closed).
 
-use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderName, RETRY_AFTER};
 use http::{HeaderMap, HeaderValue};
 use pingora_http::ResponseHeader;
 use pingora_proxy::Session;
-use tollgate_core::{Decision, Quota};
-use tollgate_http::ClientIp;
+use tollgate_core::Decision;
 use tollgate_http::headers::{
-    PolicyFields, RATELIMIT, RATELIMIT_POLICY, denial_json, retry_after_secs, seconds_value,
-    whole_secs_ceil,
+    RATELIMIT, RATELIMIT_POLICY, denial_json, retry_after_secs, seconds_value,
 };
+use tollgate_http::{ClientIp, PolicyFields};
 use tollgate_policy::Policy;
 
 /// What one request's decision says, independent of Pingora (unit-testable).
@@ -62,7 +60,9 @@ pub struct PingoraLimiter {
     client_ip: ClientIp,
     /// `(header, descriptor)` pairs copied into the descriptors when present.
     headers: Vec<(HeaderName, &'static str)>,
-    fields: RwLock<HashMap<(&'static str, Quota), PolicyFields>>,
+    /// The deciding rule's header values, the fixed part serialised once per (rule, quota): the
+    /// same builder the tower layer and tollgate-server use.
+    fields: PolicyFields,
 }
 
 impl std::fmt::Debug for PingoraLimiter {
@@ -80,7 +80,7 @@ impl PingoraLimiter {
             policy,
             client_ip,
             headers: Vec::new(),
-            fields: RwLock::new(HashMap::new()),
+            fields: PolicyFields::new(),
         }
     }
 
@@ -94,23 +94,6 @@ impl PingoraLimiter {
     /// The policy.
     pub fn policy(&self) -> &Policy {
         &self.policy
-    }
-
-    fn fields(&self, rule: &'static str, quota: Quota) -> Option<PolicyFields> {
-        if let Some(found) = self
-            .fields
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&(rule, quota))
-        {
-            return Some(found.clone());
-        }
-        let made = PolicyFields::new(rule, &quota).ok()?;
-        self.fields
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert((rule, quota), made.clone());
-        Some(made)
     }
 
     /// Decides one request of one unit from `peer` (the TCP peer) with this method, path and
@@ -145,35 +128,18 @@ impl PingoraLimiter {
                 };
             }
         };
-        let fields = match (decided.rule, decided.quota) {
-            (Some(rule), Some(quota)) => self.fields(rule, quota).map(|f| (rule, f)),
-            _ => None,
-        };
-        let (retry_after, r, t) = match decided.decision {
-            Decision::Denied { retry_after, .. } => {
-                let s = retry_after_secs(retry_after);
-                (Some(s), 0, s)
-            }
-            Decision::Allowed { remaining, .. } => {
-                let t = match (fields.as_ref(), remaining.checked_add(1)) {
-                    (Some((rule, _)), Some(more)) => {
-                        match self.policy.peek_rule_at(rule, &descriptors, now, more) {
-                            Some(Ok(Decision::Denied { retry_after, .. })) => {
-                                whole_secs_ceil(retry_after)
-                            }
-                            _ => 0,
-                        }
-                    }
-                    _ => 0,
-                };
-                (None, remaining, if remaining == 0 { t.max(1) } else { t })
-            }
+        let fields = self
+            .fields
+            .for_decision(&self.policy, &decided, &descriptors, now);
+        let retry_after = match decided.decision {
+            Decision::Denied { retry_after, .. } => Some(retry_after_secs(retry_after)),
+            Decision::Allowed { .. } => None,
         };
         Verdict {
             allowed: decided.is_allowed(),
             retry_after,
-            policy: fields.as_ref().map(|(_, f)| f.policy_value()),
-            ratelimit: fields.as_ref().map(|(_, f)| f.ratelimit_value(r, t)),
+            policy: fields.as_ref().map(|f| f.ratelimit_policy.clone()),
+            ratelimit: fields.map(|f| f.ratelimit),
         }
     }
 
