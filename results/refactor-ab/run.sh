@@ -18,4 +18,4 @@ run() { # label dir
     "$exe" "${args[@]}" "$filter" 2>/dev/null | grep -E '^[a-z].*|time:' | sed "s/^/$1 /"
   done
 }
-for round in 1 2; do run base "$B"; run head "$H"; done
+for round in $(seq "${ROUNDS:-2}"); do run base "$B"; run head "$H"; done
