@@ -11,57 +11,11 @@
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use pingora_core::server::Server;
-use pingora_core::upstreams::peer::HttpPeer;
-use pingora_http::ResponseHeader;
-use pingora_proxy::{ProxyHttp, Session, http_proxy_service};
+use pingora_proxy::http_proxy_service;
 use tollgate_http::ClientIp;
-use tollgate_pingora::{LimitCtx, PingoraLimiter};
+use tollgate_pingora::{PingoraLimiter, SingleUpstreamProxy};
 use tollgate_policy::{Policy, PolicyConfig};
-
-struct Proxy {
-    limiter: PingoraLimiter,
-    upstream: String,
-}
-
-#[async_trait]
-impl ProxyHttp for Proxy {
-    type CTX = LimitCtx;
-
-    fn new_ctx(&self) -> LimitCtx {
-        LimitCtx::default()
-    }
-
-    async fn upstream_peer(
-        &self,
-        _session: &mut Session,
-        _ctx: &mut LimitCtx,
-    ) -> pingora_core::Result<Box<HttpPeer>> {
-        Ok(Box::new(HttpPeer::new(
-            self.upstream.as_str(),
-            false,
-            String::new(),
-        )))
-    }
-
-    async fn request_filter(
-        &self,
-        session: &mut Session,
-        ctx: &mut LimitCtx,
-    ) -> pingora_core::Result<bool> {
-        self.limiter.request_filter(session, ctx).await
-    }
-
-    async fn response_filter(
-        &self,
-        _session: &mut Session,
-        upstream_response: &mut ResponseHeader,
-        ctx: &mut LimitCtx,
-    ) -> pingora_core::Result<()> {
-        self.limiter.response_filter(upstream_response, ctx)
-    }
-}
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut listen = "127.0.0.1:6188".to_owned();
@@ -90,7 +44,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let mut server = Server::new(None)?;
     server.bootstrap();
-    let mut service = http_proxy_service(&server.configuration, Proxy { limiter, upstream });
+    let mut service = http_proxy_service(
+        &server.configuration,
+        SingleUpstreamProxy::new(limiter, upstream),
+    );
     service.add_tcp(&listen);
     server.add_service(service);
     println!("listening on {listen}");

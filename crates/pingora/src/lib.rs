@@ -20,6 +20,10 @@
 //! keyed by it do not apply (fails open for those rules, as the policy engine documents). A cost no
 //! rule can ever admit is answered `429` without `Retry-After` (fails closed).
 
+mod proxy;
+
+pub use proxy::SingleUpstreamProxy;
+
 use std::net::IpAddr;
 use std::sync::Arc;
 

@@ -6,14 +6,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use pingora_core::server::Server;
-use pingora_core::upstreams::peer::HttpPeer;
-use pingora_http::ResponseHeader;
-use pingora_proxy::{ProxyHttp, Session, http_proxy_service};
+use pingora_proxy::http_proxy_service;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tollgate_http::ClientIp;
-use tollgate_pingora::{LimitCtx, PingoraLimiter};
+use tollgate_pingora::{PingoraLimiter, SingleUpstreamProxy};
 use tollgate_policy::{Policy, PolicyConfig};
 
 const POLICY: &str = r#"
@@ -25,45 +22,6 @@ limit = 3
 period = "60s"
 capacity = 1024
 "#;
-
-struct Proxy {
-    limiter: PingoraLimiter,
-    upstream: String,
-}
-
-#[async_trait]
-impl ProxyHttp for Proxy {
-    type CTX = LimitCtx;
-    fn new_ctx(&self) -> LimitCtx {
-        LimitCtx::default()
-    }
-    async fn upstream_peer(
-        &self,
-        _: &mut Session,
-        _: &mut LimitCtx,
-    ) -> pingora_core::Result<Box<HttpPeer>> {
-        Ok(Box::new(HttpPeer::new(
-            self.upstream.as_str(),
-            false,
-            String::new(),
-        )))
-    }
-    async fn request_filter(
-        &self,
-        s: &mut Session,
-        c: &mut LimitCtx,
-    ) -> pingora_core::Result<bool> {
-        self.limiter.request_filter(s, c).await
-    }
-    async fn response_filter(
-        &self,
-        _: &mut Session,
-        r: &mut ResponseHeader,
-        c: &mut LimitCtx,
-    ) -> pingora_core::Result<()> {
-        self.limiter.response_filter(r, c)
-    }
-}
 
 /// A tiny HTTP/1.1 upstream: answers every request `200 ok` and counts them.
 async fn upstream(count: Arc<AtomicU64>) -> String {
@@ -133,10 +91,7 @@ async fn limits_per_client_and_upstream_never_sees_denials() {
         server.bootstrap();
         let mut service = http_proxy_service(
             &server.configuration,
-            Proxy {
-                limiter,
-                upstream: upstream_addr,
-            },
+            SingleUpstreamProxy::new(limiter, upstream_addr),
         );
         service.add_tcp(&proxy_listen);
         server.add_service(service);
