@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use common::RedisServer;
 use tollgate_core::{FixedWindow, Nanos, Quota};
-use tollgate_redis::{LeaseConfig, LeasedLimiter, RedisConfig, RedisLimiter, connect};
+use tollgate_redis::{
+    LeaseConfig, LeasedLimiter, RedisConfig, RedisEncoding, RedisLimiter, connect,
+};
 
 /// Around 2023 in ns since the Unix epoch (a whole second).
 const T0: Nanos = 1_700_000_000_000_000_000;
@@ -51,34 +53,17 @@ fn gcra_allowance() -> u64 {
 }
 
 async fn per_request_gcra(server: &RedisServer, prefix: &str, demand: u64) -> Run {
-    let limiters: Vec<_> = (0..INSTANCES)
+    let limiters = (0..INSTANCES)
         .map(|_| {
             let cfg = config(prefix);
             RedisLimiter::gcra(connect(&server.url(), &cfg).unwrap(), quota(), cfg).unwrap()
         })
         .collect();
-    let mut admitted = 0;
-    for (at, i) in schedule(demand) {
-        admitted += u64::from(
-            limiters[i]
-                .try_check_at("fleet", at, 1)
-                .await
-                .unwrap()
-                .is_allowed(),
-        );
-    }
-    Run {
-        demand,
-        requests: demand * SECS,
-        admitted,
-        redis_calls: demand * SECS,
-        stranded: 0,
-        held: 0,
-    }
+    per_request(limiters, demand).await
 }
 
 async fn per_request_fixed(server: &RedisServer, prefix: &str, demand: u64) -> Run {
-    let limiters: Vec<_> = (0..INSTANCES)
+    let limiters = (0..INSTANCES)
         .map(|_| {
             let cfg = config(prefix);
             RedisLimiter::<FixedWindow, _>::new(
@@ -89,6 +74,11 @@ async fn per_request_fixed(server: &RedisServer, prefix: &str, demand: u64) -> R
             .unwrap()
         })
         .collect();
+    per_request(limiters, demand).await
+}
+
+/// The shared schedule through one script call per request, spread over `limiters`.
+async fn per_request<A: RedisEncoding>(limiters: Vec<RedisLimiter<A>>, demand: u64) -> Run {
     let mut admitted = 0;
     for (at, i) in schedule(demand) {
         admitted += u64::from(
