@@ -18,6 +18,19 @@
 //! period = "1s"
 //! ```
 //!
+//! A domain on Redis instead (see [`RedisBackend`] for every field and
+//! [`crate::redis_backend`] for keys, what holds across several rules and the fail policy):
+//!
+//! ```toml
+//! [[domains]]
+//! name = "api"
+//! backend = { redis = { url = "redis://127.0.0.1:6379/", mode = "per_request", fail = "closed" } }
+//! ```
+//!
+//! With Redis, a descriptor's rules are decided in order and the first enforcing denial stops it;
+//! **admissions by the rules before it are kept** (no refund across rules, unlike the embedded
+//! backend, which decides a descriptor's rules as one).
+//!
 //! The file is TOML, or YAML when its name ends in `.yaml`/`.yml` (same schema).
 
 use std::collections::HashSet;
@@ -453,6 +466,22 @@ mod tests {
         assert_eq!(api.fail, FailMode::Open);
         assert_eq!(api.lease.map(|l| l.size), Some(50));
         crate::service::Limiter::new(&config).expect("example builds");
+    }
+
+    #[tokio::test]
+    async fn the_readme_redis_fragment_parses_and_builds() {
+        let readme = include_str!("../../../README.md");
+        let section = readme
+            .split("## tollgate-server")
+            .nth(1)
+            .expect("the README has the server section");
+        let start = section.find("```toml\n").expect("a toml block") + "```toml\n".len();
+        let end = start + section[start..].find("```").expect("the block ends");
+        let config = ServerConfig::parse(&section[start..end], false).expect("README parses");
+        assert!(
+            matches!(&config.domains[0].backend, Backend::Redis(r) if r.mode == RedisMode::Lease)
+        );
+        crate::service::Limiter::new(&config).expect("README fragment builds");
     }
 
     #[test]

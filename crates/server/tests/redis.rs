@@ -298,3 +298,58 @@ async fn redis_killed_mid_run_gets_the_fail_policy_fast_and_recovers_after_resta
         assert_eq!(breaker, 0.0, "{domain}: breaker closed again:\n{text}");
     }
 }
+
+/// Replaces the file in one rename, as editors and ConfigMap updates do.
+fn write_atomically(path: &std::path::Path, text: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).expect("write");
+    std::fs::rename(&tmp, path).expect("rename");
+}
+
+async fn admitted_of(client: &mut RateLimitServiceClient<Channel>, calls: usize) -> u64 {
+    let mut n = 0;
+    for _ in 0..calls {
+        n += u64::from(is_ok(&call(client, "shared", "alice").await));
+    }
+    n
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_keeps_the_redis_state_and_a_new_url_gets_a_new_client() {
+    let first = RedisServer::start();
+    let second = RedisServer::start();
+    let dir = temp_dir("redis-reload");
+    let config = |url: &str, limit: u64| {
+        shared_config(url, "").replace(&format!("limit = {LIMIT}"), &format!("limit = {limit}"))
+    };
+    let server = Server::start(&dir, &config(&first.url(), 5));
+    let path = server.config.clone();
+    let mut client = server.client().await;
+    assert_eq!(admitted_of(&mut client, 3).await, 3);
+
+    // Same Redis, limit 5 -> 6 per hour: the key's bucket is read under the new quota (3 units of
+    // 720 s used = a TAT 2 160 s ahead; at 600 s per unit 2 of 6 are left), not a fresh 6.
+    write_atomically(&path, &common::with_ports(&config(&first.url(), 6)));
+    assert!(
+        server
+            .wait_log("config reloaded", Duration::from_secs(10))
+            .is_some()
+    );
+    assert_eq!(admitted_of(&mut client, 6).await, 2, "no fresh burst");
+
+    // Another Redis: a new client on the new URL, whose empty state admits the whole quota.
+    write_atomically(&path, &common::with_ports(&config(&second.url(), 6)));
+    assert!(
+        server
+            .wait_log("config reloaded", Duration::from_secs(10))
+            .is_some()
+    );
+    assert_eq!(
+        admitted_of(&mut client, 8).await,
+        6,
+        "the second Redis decides"
+    );
+    drop(first); // the old URL's server is not needed any more: nothing depends on it
+    let mut more = server.client().await;
+    assert_eq!(admitted_of(&mut more, 1).await, 0, "still the second Redis");
+}
