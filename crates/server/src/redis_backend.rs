@@ -26,6 +26,10 @@
 //! denied overall). Put the rule most likely to deny first. Each rule alone keeps its own bound
 //! (exact in `per_request` mode, the lease bound in `lease` mode).
 //!
+//! Each rule's decisions are counted in the policy's own per-rule counters
+//! (`tollgate_policy_decisions_total{rule,outcome}`, [`Policy::snapshot`]) through
+//! [`Policy::count`], as on the embedded backend; per replica (each counts what it decided).
+//!
 //! # When Redis cannot answer
 //! Each limiter sits behind tollgate-redis's circuit breaker (after `breaker.failures` consecutive
 //! outage failures, calls are answered at once without touching the network; one probe per
@@ -320,6 +324,7 @@ impl RedisRules {
                 Ok(decision) => decision,
                 Err(Error::Cost(e)) => {
                     if !rule.enforced {
+                        policy.count(rule.rule, false, &Decision::denied(u64::MAX, u64::MAX));
                         shadow_denied = true;
                         continue;
                     }
@@ -363,6 +368,7 @@ impl RedisRules {
                     }
                 }
             };
+            policy.count(rule.rule, rule.enforced, &decision);
             if !rule.enforced {
                 shadow_denied |= !decision.is_allowed();
                 continue;

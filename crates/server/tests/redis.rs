@@ -113,6 +113,23 @@ async fn two_servers_share_one_quota_exactly_in_per_request_mode() {
         admitted.iter().all(|&n| n > 0),
         "both replicas admitted: {admitted:?}"
     );
+    // Each server counts its own decisions in the policy's per-rule counters.
+    let counted = |s: &Server, outcome: &str| {
+        let (_, _, text) = s.http("GET", "/metrics", "");
+        metric(
+            &text,
+            "tollgate_policy_decisions_total",
+            &["rule=\"per_user\"", &format!("outcome=\"{outcome}\"")],
+        )
+    };
+    assert_eq!(
+        counted(&a, "allowed") + counted(&b, "allowed"),
+        LIMIT as f64
+    );
+    assert_eq!(
+        counted(&a, "denied") + counted(&b, "denied"),
+        (160 - LIMIT) as f64
+    );
     // Another key has its own quota, on either server.
     let mut client = b.client().await;
     assert!(is_ok(&call(&mut client, "shared", "bob").await));
