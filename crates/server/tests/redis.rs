@@ -370,3 +370,61 @@ async fn reload_keeps_the_redis_state_and_a_new_url_gets_a_new_client() {
     let mut more = server.client().await;
     assert_eq!(admitted_of(&mut more, 1).await, 0, "still the second Redis");
 }
+
+/// What the docs say holds across several rules on Redis: rules are decided in order and the first
+/// enforcing denial stops; the admissions of the rules before it are kept (no refund).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_rules_on_redis_are_decided_in_order_and_earlier_admissions_are_kept() {
+    let redis = RedisServer::start();
+    let dir = temp_dir("redis-rules-in-order");
+    let config = format!(
+        r#"
+[[domains]]
+name = "shared"
+backend = {{ redis = {{ url = "{}" }} }}
+[domains.policy]
+[[domains.policy.rules]]
+name = "wide"
+limit = 5
+period = "1h"
+[[domains.policy.rules]]
+name = "narrow"
+match = {{ user = "any" }}
+key = ["user"]
+limit = 2
+period = "1h"
+capacity = 100
+"#,
+        redis.url()
+    );
+    let server = Server::start(&dir, &config);
+    let mut client = server.client().await;
+    let mut answers = Vec::new();
+    for user in ["u", "u", "u", "v", "v", "v"] {
+        let r = call(&mut client, "shared", user).await;
+        let rule = r.statuses[0]
+            .current_limit
+            .as_ref()
+            .map(|l| l.name.clone())
+            .unwrap_or_default();
+        answers.push((is_ok(&r), rule));
+    }
+    let expect = |ok: bool, rule: &str| (ok, rule.to_owned());
+    // u's third call is denied by `narrow`, but `wide` (decided first) keeps that unit: after
+    // u's three and v's two, `wide` has spent all 5, and v's third call is denied by `wide`. (The
+    // embedded backend would have given the unit back: v's third call would then be denied by
+    // `narrow` with one unit of `wide` left.)
+    assert_eq!(
+        answers,
+        [
+            expect(true, "narrow"),
+            expect(true, "narrow"),
+            expect(false, "narrow"),
+            // Both have 1 left; `wide` is further from whole (the tie-break, as embedded).
+            expect(true, "wide"),
+            // Both have 0 left; `narrow` (started later) is further from whole.
+            expect(true, "narrow"),
+            expect(false, "wide"),
+        ]
+    );
+}
