@@ -37,8 +37,10 @@
 //! `fail_retry_after`, `open` treats the rule as not applying. Every such answer is counted in
 //! `tollgate_server_backend_failures_total{domain,rule,cause,answer}` (`cause`: `outage`,
 //! `circuit_open`, `corrupt`, `config`); the breaker's state is tollgate-redis's
-//! `tollgate_redis_breaker_open{prefix}` gauge (the prefix names domain and rule). Live leases are
-//! still spent locally during an outage.
+//! `tollgate_redis_breaker_open{prefix}` gauge (the prefix names domain and rule; a rule's
+//! override quotas have limiters, and breakers, of their own under the same prefix, so with
+//! overrides the gauge shows whichever changed last). Live leases are still spent locally during
+//! an outage.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -56,7 +58,9 @@ use tollgate_redis::{
 use crate::config::{FailMode, LeaseSettings, RedisBackend, RedisMode};
 
 /// Connections by (URL, timeout), shared by every domain and kept across reloads (so a reload that
-/// keeps the URL keeps the connection; a changed URL gets a new one).
+/// keeps the URL keeps the connection; a changed URL gets a new one). Never dropped while the
+/// process runs: one idle, lazily reconnecting connection per URL ever configured. Each is one
+/// multiplexed redis-rs connection (pipelined commands from every task).
 #[derive(Default)]
 pub struct Connections {
     open: Mutex<HashMap<(String, Duration), ConnectionManager>>,
