@@ -304,6 +304,7 @@ impl Node {
             ])
             .arg("--dir")
             .arg(&self.dir)
+            .args(log_file(self.port))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -332,6 +333,18 @@ impl Node {
             let _ = child.kill(); // SIGKILL
             let _ = child.wait();
         }
+    }
+}
+
+/// `--logfile DIR/redis-PORT.log` when `TOLLGATE_CLUSTER_LOGS=DIR` is set (to read a failed run's
+/// node logs: elections, resyncs), else nothing (logs go to the null stdout).
+fn log_file(port: u16) -> Vec<String> {
+    match std::env::var_os("TOLLGATE_CLUSTER_LOGS") {
+        Some(dir) => {
+            let path = std::path::Path::new(&dir).join(format!("redis-{port}.log"));
+            vec!["--logfile".to_owned(), path.to_string_lossy().into_owned()]
+        }
+        None => Vec::new(),
     }
 }
 
