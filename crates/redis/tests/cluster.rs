@@ -525,5 +525,14 @@ async fn a_killed_master_fails_over_and_the_client_follows() {
          {breaker:?}; replication just before the kill: {before}",
         back - first_error
     );
+    if lost > 0 || !roles_held {
+        // Not explained yet when seen (once in ~12 early runs: 1349 of 2778 lost); the nodes' own
+        // account of replication and elections, for whoever sees it next.
+        eprintln!(
+            "failover: {lost} lost, roles held {roles_held}; victim's log:\n{}replica's log:\n{}",
+            cluster.log_excerpt(victim.port),
+            cluster.log_excerpt(replica.port)
+        );
+    }
     assert!(followed < Duration::from_secs(15));
 }
