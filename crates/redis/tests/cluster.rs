@@ -501,7 +501,7 @@ async fn a_killed_master_fails_over_and_the_client_follows() {
     // Over-admission window of asynchronous replication: counts acknowledged by the old master
     // that the promoted replica never received. Those units can be admitted a second time.
     // Reported, not asserted: nothing bounds it (the scripts do not WAIT; a replica can lag by any
-    // amount). Seen: 0 in all but one of 27 runs; that one lost 1349 of 2778 (unexplained; the
+    // amount). Seen: 0 in all but one of 37 runs; that one lost 1349 of 2778 (unexplained; the
     // roles/epoch line above and the log excerpt below are there to explain the next one).
     // The other way round, a call that timed out in the gap may still have been applied later (the
     // cluster connection had queued it): consumed, though the caller got the policy's answer.
