@@ -162,9 +162,11 @@ impl Slot {
 ///   least the per-request count minus `n × k × (⌈T / ttl⌉ + 1)`: every granted unit is admitted,
 ///   stranded or still held, and each instance strands or holds at most `k` units per lease it
 ///   takes (at most one per lifetime while demand lasts, plus the one live at `T`). Measured with 4
-///   instances, `k` = 10, ttl 100 ms, 500/s burst 50 over 2 s: admissions equal the per-request
-///   GCRA's at 0.5×, 1× and 4× demand (500, 1000, 1049); 204 units stranded at 0.5× cost nothing
-///   because demand was below the rate.
+///   instances, `k` = 10, ttl 6 s, 500/min burst 50 over 2 min (simulated): admissions equal the
+///   per-request GCRA's at 0.5×, 1× and 4× demand (500, 1000, 1049); 204 units stranded at 0.5×
+///   cost nothing because demand was below the rate. With 4 separate processes in real time (1000/s
+///   burst 100, `k` = 20, ttl 100 ms, 5 s; `results/redis-fleet`) saturated admissions equalled the
+///   per-request GCRA's too (5097 against an allowance of 5099).
 ///
 /// Local state lives under one short mutex per key, found in a key table of 16 mutex-guarded shards
 /// (a local decision takes two uncontended locks and no reference count); the refill is

@@ -335,11 +335,22 @@ fn keys_on(cluster: &RedisCluster, port: u16, stem: &str, n: usize) -> Vec<Strin
         .collect()
 }
 
+/// `cluster_current_epoch` as the node on `port` sees it (it grows with every election).
+fn epoch(cluster: &RedisCluster, port: u16) -> u64 {
+    cluster
+        .cli(port, &["CLUSTER", "INFO"])
+        .lines()
+        .find_map(|l| l.strip_prefix("cluster_current_epoch:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_master_fails_over_and_the_client_follows() {
     let node_timeout = Duration::from_millis(1000);
     let mut cluster = RedisCluster::start(node_timeout);
     let victim = cluster.master_of(0);
+    let epoch_start = epoch(&cluster, victim.port);
     let replica = cluster
         .topology(victim.port)
         .into_iter()
@@ -408,7 +419,8 @@ async fn a_killed_master_fails_over_and_the_client_follows() {
         let info = cluster.cli(port, &["INFO", "replication"]);
         info.lines()
             .filter(|l| {
-                l.starts_with("master_repl_offset")
+                l.starts_with("role")
+                    || l.starts_with("master_repl_offset")
                     || l.starts_with("slave_repl_offset")
                     || l.starts_with("master_link_status")
                     || l.starts_with("slave0")
@@ -422,6 +434,18 @@ async fn a_killed_master_fails_over_and_the_client_follows() {
         offsets(victim.port),
         offsets(replica.port)
     );
+    // Whether the roles are still those chosen at the start: on a starved host a node that misses
+    // `cluster-node-timeout` of pings can be failed over *before* the kill, and then the victim
+    // acknowledges writes as a stale master until it learns it was demoted (those are lost when it
+    // rejoins as a replica, or here when it is killed).
+    let view = cluster.topology(replica.port);
+    let roles_held = view
+        .iter()
+        .any(|n| n.port == victim.port && n.master && !n.failed)
+        && view
+            .iter()
+            .any(|n| n.port == replica.port && n.master_id.as_deref() == Some(&victim.id));
+    let epoch_before_kill = epoch(&cluster, replica.port);
     cluster.kill(victim.port);
     let killed = Instant::now();
     // The replica takes over (cluster-node-timeout + election), then the client must follow.
@@ -476,6 +500,9 @@ async fn a_killed_master_fails_over_and_the_client_follows() {
 
     // Over-admission window of asynchronous replication: counts acknowledged by the old master
     // that the promoted replica never received. Those units can be admitted a second time.
+    // Reported, not asserted: nothing bounds it (the scripts do not WAIT; a replica can lag by any
+    // amount). Seen: 0 in all but one of 37 runs; that one lost 1349 of 2778 (unexplained; the
+    // roles/epoch line above and the log excerpt below are there to explain the next one).
     // The other way round, a call that timed out in the gap may still have been applied later (the
     // cluster connection had queued it): consumed, though the caller got the policy's answer.
     let (mut acked_total, mut lost, mut landed) = (0, 0, 0);
@@ -489,6 +516,11 @@ async fn a_killed_master_fails_over_and_the_client_follows() {
     }
     let breaker = limiter.breaker();
     eprintln!(
+        "failover: roles as chosen just before the kill: {roles_held}; cluster epoch at the start \
+         {epoch_start}, before the kill {epoch_before_kill}, after {}",
+        epoch(&cluster, replica.port)
+    );
+    eprintln!(
         "failover: replica promoted {promoted:?} after kill -9, client answering {followed:?} after; \
          gap seen by the loop {:?} ({errors} errors, {policy_denials} policy denials); acknowledged \
          {acked_total} counts, {lost} lost with the old master (the over-admission window), {landed} applied after timing \
@@ -496,5 +528,14 @@ async fn a_killed_master_fails_over_and_the_client_follows() {
          {breaker:?}; replication just before the kill: {before}",
         back - first_error
     );
+    if lost > 0 || !roles_held {
+        // Not explained yet when seen (once in ~12 early runs: 1349 of 2778 lost); the nodes' own
+        // account of replication and elections, for whoever sees it next.
+        eprintln!(
+            "failover: {lost} lost, roles held {roles_held}; victim's log:\n{}replica's log:\n{}",
+            cluster.log_excerpt(victim.port),
+            cluster.log_excerpt(replica.port)
+        );
+    }
     assert!(followed < Duration::from_secs(15));
 }

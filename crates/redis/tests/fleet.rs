@@ -1,6 +1,12 @@
 //! Fleet accuracy: 4 limiter instances, each on its own connection, share one quota on one key, at
 //! demand 0.5×, 1× and 4× the rate, per-request scripts and lease mode, on simulated time (every call
-//! passes its instant, so runs are exact and bounded: no sleeps, no wall-clock dependence).
+//! passes its instant, so runs are exact and bounded: no sleeps).
+//!
+//! The one wall-clock dependence left is Redis's own: a key's TTL is its state's remaining life in
+//! *simulated* time (a drained GCRA bucket: its burst's worth), counted down in real time. So the
+//! simulated unit is a minute, not a second: a drained bucket's key lives 6 real seconds, and a stall
+//! of a loaded test process cannot expire it mid-run (with per-second figures a 100 ms stall did:
+//! a fresh bucket, `burst` more admitted).
 
 mod common;
 
@@ -12,14 +18,18 @@ use tollgate_redis::{
     LeaseConfig, LeasedLimiter, RedisConfig, RedisEncoding, RedisLimiter, connect,
 };
 
-/// Around 2023 in ns since the Unix epoch (a whole second).
-const T0: Nanos = 1_700_000_000_000_000_000;
+/// Around 2023 in ns since the Unix epoch (a whole minute, so the fixed windows align with it).
+const T0: Nanos = 1_699_999_980_000_000_000;
+/// The simulated unit of the rates below: one minute.
+const UNIT: Duration = Duration::from_secs(60);
+const UNIT_NS: Nanos = 60_000_000_000;
 const INSTANCES: usize = 4;
-const RATE: u64 = 500; // per second
+const RATE: u64 = 500; // per UNIT
 const BURST: u64 = 50;
-const SECS: u64 = 2; // simulated
+const UNITS: u64 = 2; // simulated
 const LEASE: u64 = 10;
-const LEASE_TTL: Duration = Duration::from_millis(100);
+/// A tenth of the unit (as 100 ms to a second).
+const LEASE_TTL: Duration = Duration::from_secs(6);
 
 fn config(prefix: &str) -> RedisConfig {
     RedisConfig::default()
@@ -28,14 +38,14 @@ fn config(prefix: &str) -> RedisConfig {
 }
 
 fn quota() -> Quota {
-    Quota::per_second(RATE).unwrap().with_burst(BURST).unwrap()
+    Quota::per(UNIT, RATE).unwrap().with_burst(BURST).unwrap()
 }
 
-/// Request `j` of a demand of `per_sec` requests/s: its instant, and the instance that sends it
-/// (round robin).
-fn schedule(per_sec: u64) -> impl Iterator<Item = (Nanos, usize)> {
-    let step = 1_000_000_000 / per_sec;
-    (0..per_sec * SECS).map(move |j| (T0 + j * step, j as usize % INSTANCES))
+/// Request `j` of a demand of `per_unit` requests per UNIT: its instant, and the instance that sends
+/// it (round robin).
+fn schedule(per_unit: u64) -> impl Iterator<Item = (Nanos, usize)> {
+    let step = UNIT_NS / per_unit;
+    (0..per_unit * UNITS).map(move |j| (T0 + j * step, j as usize % INSTANCES))
 }
 
 struct Run {
@@ -49,7 +59,7 @@ struct Run {
 
 /// GCRA: admitted ≤ burst + rate × elapsed, from a full bucket.
 fn gcra_allowance() -> u64 {
-    BURST + RATE * SECS
+    BURST + RATE * UNITS
 }
 
 async fn per_request_gcra(server: &RedisServer, prefix: &str, demand: u64) -> Run {
@@ -68,7 +78,7 @@ async fn per_request_fixed(server: &RedisServer, prefix: &str, demand: u64) -> R
             let cfg = config(prefix);
             RedisLimiter::<FixedWindow, _>::new(
                 connect(&server.url(), &cfg).unwrap(),
-                Quota::per_second(RATE).unwrap(),
+                Quota::per(UNIT, RATE).unwrap(),
                 cfg,
             )
             .unwrap()
@@ -91,9 +101,9 @@ async fn per_request<A: RedisEncoding>(limiters: Vec<RedisLimiter<A>>, demand: u
     }
     Run {
         demand,
-        requests: demand * SECS,
+        requests: demand * UNITS,
         admitted,
-        redis_calls: demand * SECS,
+        redis_calls: demand * UNITS,
         stranded: 0,
         held: 0,
     }
@@ -122,13 +132,13 @@ async fn leased(server: &RedisServer, prefix: &str, demand: u64) -> Run {
                 .is_allowed(),
         );
     }
-    let end = T0 + SECS * 1_000_000_000;
+    let end = T0 + UNITS * UNIT_NS;
     let stats: Vec<_> = limiters.iter().map(|l| l.stats_at(end)).collect();
     let sum = |f: fn(&tollgate_redis::LeaseStats) -> u64| stats.iter().map(f).sum::<u64>();
     assert_eq!(sum(|s| s.admitted), admitted);
     Run {
         demand,
-        requests: demand * SECS,
+        requests: demand * UNITS,
         admitted,
         redis_calls: sum(|s| s.redis_calls),
         stranded: sum(|s| s.stranded),
@@ -141,7 +151,7 @@ async fn leased(server: &RedisServer, prefix: &str, demand: u64) -> Run {
 /// or held in a live lease, and each instance strands or holds at most `size` units per lease
 /// lifetime started, so admitted ≥ the per-request count − `instances × size × (⌈secs/ttl⌉ + 1)`.
 fn lease_slack() -> u64 {
-    let lifetimes = (SECS * 1000).div_ceil(LEASE_TTL.as_millis() as u64) + 1;
+    let lifetimes = (UNITS * UNIT_NS).div_ceil(LEASE_TTL.as_nanos() as u64) + 1;
     INSTANCES as u64 * LEASE * lifetimes
 }
 
@@ -154,37 +164,41 @@ async fn four_instances_share_one_quota_per_request_and_leased() {
         let g = per_request_gcra(&server, &format!("g{n}:"), demand).await;
         let f = per_request_fixed(&server, &format!("f{n}:"), demand).await;
         let l = leased(&server, &format!("l{n}:"), demand).await;
-        let wanted = demand * SECS;
+        let wanted = demand * UNITS;
         // Per-request GCRA: exact. Below or at the rate everything passes (evenly spaced requests,
         // full bucket); above it, burst + rate × elapsed (the last request lands just before the
         // end, so one emission interval less may have accrued).
-        assert!(g.admitted <= allowance, "gcra {demand}/s: {}", g.admitted);
+        assert!(g.admitted <= allowance, "gcra {demand}/min: {}", g.admitted);
         assert!(
             g.admitted >= wanted.min(allowance - 1),
-            "gcra {demand}/s: {}",
+            "gcra {demand}/min: {}",
             g.admitted
         );
-        // Fixed window: at most `limit` per window, SECS windows touched.
+        // Fixed window: at most `limit` per window, UNITS windows touched.
         assert!(
-            f.admitted <= RATE * SECS,
-            "fixed {demand}/s: {}",
+            f.admitted <= RATE * UNITS,
+            "fixed {demand}/min: {}",
             f.admitted
         );
         assert!(
-            f.admitted >= wanted.min(RATE * SECS),
-            "fixed {demand}/s: {}",
+            f.admitted >= wanted.min(RATE * UNITS),
+            "fixed {demand}/min: {}",
             f.admitted
         );
         // Lease: never over the GCRA allowance; under it by at most the stranded/held slack.
-        assert!(l.admitted <= allowance, "lease {demand}/s: {}", l.admitted);
+        assert!(
+            l.admitted <= allowance,
+            "lease {demand}/min: {}",
+            l.admitted
+        );
         assert!(
             l.admitted + lease_slack() >= g.admitted,
-            "lease {demand}/s: {} admitted vs {} per-request, slack {}",
+            "lease {demand}/min: {} admitted vs {} per-request, slack {}",
             l.admitted,
             g.admitted,
             lease_slack()
         );
-        assert!(l.stranded + l.held <= lease_slack(), "lease {demand}/s");
+        assert!(l.stranded + l.held <= lease_slack(), "lease {demand}/min");
         if demand <= RATE {
             // Unsaturated, leases of 10 save most calls; saturated, with min_grant 1 every
             // instance asks again whenever the bucket accrues a unit (see `LeaseConfig::min_grant`).
@@ -197,7 +211,7 @@ async fn four_instances_share_one_quota_per_request_and_leased() {
         rows.push((g, f, l));
     }
     eprintln!(
-        "fleet: {INSTANCES} instances, GCRA {RATE}/s burst {BURST}, {SECS} s simulated, lease k = \
+        "fleet: {INSTANCES} instances, GCRA {RATE}/min burst {BURST}, {UNITS} min simulated, lease k = \
          {LEASE} ttl {LEASE_TTL:?}; allowance {allowance}, lease slack bound {}",
         lease_slack()
     );

@@ -273,6 +273,24 @@ impl RedisCluster {
         moved
     }
 
+    /// The lines of node `port`'s log that mention replication or failover (sync, resync, FAIL,
+    /// election, epoch, role changes), for a test to print when something unexpected happened.
+    pub fn log_excerpt(&self, port: u16) -> String {
+        let node = self
+            .nodes
+            .iter()
+            .find(|n| n.port == port)
+            .expect("no such node");
+        let text = std::fs::read_to_string(node.log_path()).unwrap_or_default();
+        const WORDS: [&str; 9] = [
+            "sync", "SYNC", "FAIL", "ailover", "lection", "Epoch", "MASTER", "REPLICA", "master",
+        ];
+        text.lines()
+            .filter(|l| WORDS.iter().any(|w| l.contains(w)))
+            .map(|l| format!("  {port}: {l}\n"))
+            .collect()
+    }
+
     /// The configured `cluster-node-timeout`.
     pub fn node_timeout(&self) -> Duration {
         self.node_timeout
@@ -304,6 +322,8 @@ impl Node {
             ])
             .arg("--dir")
             .arg(&self.dir)
+            .arg("--logfile")
+            .arg(self.log_path())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -314,6 +334,15 @@ impl Node {
                 )
             });
         self.child = Some(child);
+    }
+
+    /// The node's log: in its own directory (removed with it), or `DIR/redis-PORT.log` when
+    /// `TOLLGATE_CLUSTER_LOGS=DIR` is set, to keep every node's log after the run.
+    fn log_path(&self) -> PathBuf {
+        match std::env::var_os("TOLLGATE_CLUSTER_LOGS") {
+            Some(dir) => PathBuf::from(dir).join(format!("redis-{}.log", self.port)),
+            None => self.dir.join("redis.log"),
+        }
     }
 
     fn wait_ping(&self) {
