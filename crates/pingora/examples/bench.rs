@@ -6,7 +6,14 @@
 //! bench proxy --listen 127.0.0.1:16188 --upstream 127.0.0.1:18080 \
 //!     --limiter none|pingora-limits|keyed|policy --limit 100 --capacity 1000000 \
 //!     --key-header x-client-id --threads 2
+//! bench decide --iters 2000000
 //! ```
+//!
+//! `decide` runs no server: on one thread it times each limiter's per-request work outside Pingora
+//! (the key header read from a `HeaderMap`, the decision; `policy` is `PingoraLimiter::decide`, the
+//! header values included) at 1, 10 000 and 1 000 000 keys sent round-robin, limits never reached,
+//! and prints `MICRO mode=.. keys=.. ns_per_op=..` per repetition. The `none` row is the loop itself
+//! (a header insert and get per iteration): subtract it.
 //!
 //! Limiters (each keyed by the `--key-header` value, falling back to the client address):
 //! * `none`: no limiter (the baseline).
@@ -68,6 +75,7 @@ struct Args {
     key_header: HeaderName,
     threads: usize,
     max_keys: usize,
+    iters: usize,
 }
 
 fn parse_args() -> Result<Args, Error> {
@@ -84,6 +92,7 @@ fn parse_args() -> Result<Args, Error> {
         key_header: HeaderName::from_static("x-client-id"),
         threads: 2,
         max_keys: 1_000_000,
+        iters: 2_000_000,
     };
     while let Some(flag) = args.next() {
         let mut value = || args.next().ok_or_else(|| format!("{flag} needs a value"));
@@ -97,6 +106,7 @@ fn parse_args() -> Result<Args, Error> {
             "--key-header" => a.key_header = HeaderName::try_from(value()?)?,
             "--threads" => a.threads = value()?.parse()?,
             "--max-keys" => a.max_keys = value()?.parse()?,
+            "--iters" => a.iters = value()?.parse()?,
             other => return Err(format!("unknown argument {other}").into()),
         }
     }
@@ -108,6 +118,7 @@ fn main() -> Result<(), Error> {
     match args.role.as_str() {
         "upstream" => upstream(&args),
         "proxy" => proxy(args),
+        "decide" => micro(&args),
         other => Err(format!("unknown role {other} (upstream|proxy)").into()),
     }
 }
@@ -353,18 +364,17 @@ period = "1s"
     )
 }
 
-fn proxy(args: Args) -> Result<(), Error> {
-    let mode = match args.limiter.as_str() {
+fn build_mode(args: &Args) -> Result<Mode, Error> {
+    Ok(match args.limiter.as_str() {
         "none" => Mode::None,
         "pingora-limits" => Mode::PingoraLimits {
             rate: Rate::new(Duration::from_secs(1)),
             limit: isize::try_from(args.limit)?,
         },
-        "keyed" => {
-            let limiter = KeyedLimiter::new(Quota::per_second(args.limit)?, args.capacity)?;
-            println!("keyed limiter: {} bytes", limiter.memory_bytes());
-            Mode::Keyed(limiter)
-        }
+        "keyed" => Mode::Keyed(KeyedLimiter::new(
+            Quota::per_second(args.limit)?,
+            args.capacity,
+        )?),
         "policy" => {
             let toml = policy_toml(args.limit, args.wide_limit, args.capacity);
             let policy = Arc::new(Policy::new(PolicyConfig::from_toml(&toml)?)?);
@@ -373,7 +383,14 @@ fn proxy(args: Args) -> Result<(), Error> {
             Mode::Policy(limiter)
         }
         other => return Err(format!("unknown limiter {other}").into()),
-    };
+    })
+}
+
+fn proxy(args: Args) -> Result<(), Error> {
+    let mode = build_mode(&args)?;
+    if let Mode::Keyed(limiter) = &mode {
+        println!("keyed limiter: {} bytes", limiter.memory_bytes());
+    }
     let conf = ServerConf {
         threads: args.threads,
         ..ServerConf::default()
@@ -392,4 +409,75 @@ fn proxy(args: Args) -> Result<(), Error> {
     server.add_service(service);
     println!("proxy ({}) listening on {}", args.limiter, args.listen);
     server.run_forever()
+}
+
+// ---------------------------------------------------------------------------------------------
+// In-process decision cost
+
+/// One request's decision outside Pingora: what `request_filter` does before any response is
+/// written. Returns whether it was admitted.
+fn decide_one(
+    mode: &Mode,
+    key_header: &HeaderName,
+    headers: &http::HeaderMap,
+    peer: IpAddr,
+) -> bool {
+    let key = || {
+        headers
+            .get(key_header)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+    };
+    match mode {
+        Mode::None => !key().is_empty(),
+        Mode::PingoraLimits { rate, limit } => rate.observe(&key(), 1) <= *limit,
+        Mode::Keyed(limiter) => limiter.check_key(key(), 1).is_ok_and(|d| d.is_allowed()),
+        Mode::Policy(limiter) => limiter.decide(Some(peer), "GET", "/", headers).allowed,
+    }
+}
+
+fn micro(args: &Args) -> Result<(), Error> {
+    let peer: IpAddr = [127, 0, 0, 1].into();
+    for keys in [1usize, 10_000, 1_000_000] {
+        let values = (0..keys)
+            .map(|i| http::HeaderValue::try_from(format!("k{i}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        for rep in 0..3 {
+            for limiter in ["none", "pingora-limits", "keyed", "policy"] {
+                let mode = build_mode(&Args {
+                    role: String::new(),
+                    listen: String::new(),
+                    upstream: String::new(),
+                    limiter: limiter.to_owned(),
+                    capacity: keys.max(1024),
+                    key_header: args.key_header.clone(),
+                    ..*args
+                })?;
+                let mut headers = http::HeaderMap::new();
+                let mut run = |n: usize| {
+                    let mut admitted = 0usize;
+                    for i in 0..n {
+                        headers.insert(args.key_header.clone(), values[i % keys].clone());
+                        admitted += usize::from(std::hint::black_box(decide_one(
+                            &mode,
+                            &args.key_header,
+                            &headers,
+                            peer,
+                        )));
+                    }
+                    admitted
+                };
+                // Warm-up: every key once (the table's first touch), then the timed pass.
+                run(keys.min(args.iters));
+                let start = std::time::Instant::now();
+                let admitted = run(args.iters);
+                let ns = start.elapsed().as_nanos() as f64 / args.iters as f64;
+                println!(
+                    "MICRO mode={limiter} keys={keys} rep={rep} ns_per_op={ns:.1} admitted={admitted} iters={}",
+                    args.iters
+                );
+            }
+        }
+    }
+    Ok(())
 }
