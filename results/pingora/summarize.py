@@ -110,3 +110,31 @@ for r in acc:
         f"| {limit} | {keys} | {r['mode']} | {t:.1f} | {offered:,} | {per_key:,.2f} | {per_key / t:,.2f} "
         f"| {admitted:,} | {admitted / offered:.3f} | {admitted / keys:,.2f} | {r['up_max']} | {bound} | {over} |"
     )
+
+# ------------------------------------------------------------------------- in-process decide
+micro = {}
+for path in sorted(glob.glob(os.path.join(raw, "micro-*.txt"))):
+    label = os.path.basename(path)[len("micro-"):-len(".txt")]
+    current = label
+    for line in open(path):
+        if line.startswith("=== "):
+            current = f"{label}: {line.split()[1]}"
+            continue
+        m = re.match(r"MICRO mode=(\S+) keys=(\d+) rep=\d+ ns_per_op=([\d.]+)", line)
+        if m:
+            micro.setdefault(current, {}).setdefault((m.group(1), int(m.group(2))), []).append(float(m.group(3)))
+if micro:
+    print("\n## In-process decision cost (`bench decide`, one thread, no server)\n")
+    print("ns per request, median over the repetitions (n per cell in brackets); `+` = minus the `none`")
+    print("loop of the same set and keys (a header insert and get per iteration).\n")
+    print("| set | keys | none ns | pingora-limits + ns | keyed + ns | policy + ns |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for label in sorted(micro):
+        cells = micro[label]
+        for keys in sorted({k for (_, k) in cells}):
+            base = med(cells[("none", keys)])
+            row = [f"{base:.0f} [{len(cells[('none', keys)])}]"]
+            for mode in ("pingora-limits", "keyed", "policy"):
+                xs = cells.get((mode, keys))
+                row.append(f"{med(xs) - base:+.0f} [{len(xs)}]" if xs else "")
+            print(f"| {label} | {keys} | " + " | ".join(row) + " |")
