@@ -3,6 +3,7 @@
 #
 #   results/pingora/run.sh            # whole run, about 13-14 minutes on 2 cores (+ build)
 #   DUR=2 REPS=1 ACC_DUR=3 results/pingora/run.sh   # a quick smoke run
+#   MICRO=1 results/pingora/run.sh    # also `bench decide` (in-process cost) into raw/micro-run.txt
 #
 # For each run a fresh upstream and a fresh proxy (`crates/pingora/examples/bench.rs`, release) are
 # started on free loopback ports, wrk loads the proxy through keys.lua, the proxy's VmRSS/VmHWM are
@@ -32,12 +33,12 @@ THREADS=2          # wrk threads
 PROXY_THREADS=2    # Pingora worker threads
 LOCK=${LOCK:-/work/bench.lock}
 HERE=results/pingora
-RAW=$HERE/raw
+RAW=${RAW:-$HERE/raw}
 BIN=target/release/examples/bench
 
 nice -n 15 cargo build -p tollgate-pingora --release --example bench --locked
 mkdir -p "$RAW"
-rm -f "$RAW"/*.txt
+rm -f "$RAW"/perf-* "$RAW"/acc-*   # this script's own files only (micro-*, profile-* stay)
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
@@ -126,6 +127,14 @@ for limit in $ACC_LIMITS; do
   done
 done
 
+if [ "${MICRO:-0}" = 1 ]; then
+  # The in-process decision cost (bench decide), about 40 s more.
+  { echo "command: $BIN decide --iters 1000000 (under flock $LOCK)"
+    echo "commit: $(git rev-parse --short HEAD); date: $(date -u +%FT%TZ); load: $(cut -d' ' -f1-3 /proc/loadavg)"
+    flock "$LOCK" "$BIN" decide --iters 1000000; } >"$RAW/micro-run.txt"
+fi
+
 echo "load at end: $(cat /proc/loadavg)" >>"$RAW/machine.txt"
-python3 "$HERE/summarize.py" "$RAW" >"$HERE/tables.md"
-cat "$HERE/tables.md"
+TABLES=${TABLES:-$HERE/tables.md}
+python3 "$HERE/summarize.py" "$RAW" >"$TABLES"
+cat "$TABLES"
