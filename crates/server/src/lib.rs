@@ -12,10 +12,12 @@
 //!   `failure_mode_deny` then decides; the server keeps serving).
 //! * The response carries `RateLimit`, `RateLimit-Policy` and, when over the limit, `Retry-After`
 //!   (text from tollgate-http, the fields' one home) for Envoy to add.
+//! * `tollgate-server load ...` is a gRPC load client for the service ([`load`]).
 //! * Backend: embedded (this process holds the state). Redis is not wired in yet.
 
 pub mod app;
 pub mod config;
 pub mod grpc;
 pub mod http_api;
+pub mod load;
 pub mod service;
