@@ -69,6 +69,55 @@ impl PolicyFields {
         })
     }
 
+    /// The fields for a decision that `rule` under `quota` made outside a [`Policy`] (for example
+    /// on Redis, where a peek would cost a round trip): `next_unit` is the caller's best knowledge
+    /// of the wait until more than `remaining` units pass (`t` of `RateLimit`), `None` when it has
+    /// none (then `t` is 0, or 1 with nothing left). Denials need no peek: `t` is their wait.
+    /// `None` when the rule's name is not a structured-field string.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate_core::{Decision, Quota};
+    /// use tollgate_http::PolicyFields;
+    /// let fields = PolicyFields::new();
+    /// let quota = Quota::per_minute(10)?;
+    /// let denied = Decision::denied(1_500_000_000, 6_000_000_000);
+    /// let f = fields.for_rule("api", quota, &denied, None).unwrap();
+    /// assert_eq!(f.ratelimit, "\"api\";r=0;t=2");
+    /// assert_eq!(f.retry_after.unwrap(), "2");
+    /// let allowed = Decision::allowed(3, 6_000_000_000);
+    /// let f = fields.for_rule("api", quota, &allowed, Some(Duration::from_millis(200))).unwrap();
+    /// assert_eq!(f.ratelimit, "\"api\";r=3;t=1");
+    /// assert_eq!(f.ratelimit_policy, "\"api\";q=10;w=60");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn for_rule(
+        &self,
+        rule: &'static str,
+        quota: Quota,
+        decision: &Decision,
+        next_unit: Option<std::time::Duration>,
+    ) -> Option<FieldValues> {
+        let made = self.headers(rule, quota)?;
+        let (r, t, retry_after) = match *decision {
+            Decision::Denied { retry_after, .. } => {
+                let secs = headers::retry_secs(retry_after);
+                (0, secs, Some(headers::number(secs)))
+            }
+            Decision::Allowed { remaining, .. } => {
+                let t = next_unit.map_or(0, headers::ceil_secs);
+                (remaining, if remaining == 0 { t.max(1) } else { t }, None)
+            }
+        };
+        Some(FieldValues {
+            ratelimit_policy: made.policy.clone(),
+            ratelimit: made.ratelimit(r, t),
+            retry_after,
+            limit: made.limit.clone(),
+            service_limit: (r, t),
+        })
+    }
+
     /// The field text for `rule` under `quota`, made once per pair.
     pub(crate) fn headers(&self, rule: &'static str, quota: Quota) -> Option<PolicyHeaders> {
         if let Some(found) = self

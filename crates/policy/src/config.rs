@@ -449,6 +449,18 @@ pub struct Validated {
     pub(crate) rules: Vec<ValidRule>,
 }
 
+impl Validated {
+    /// Per rule, in config order: its algorithm, its effective quota (a two-stage delay's extra
+    /// depth included) and its override quotas by key value. For callers that keep the rules'
+    /// state elsewhere (tollgate-server's Redis backend builds one limiter per rule and quota from
+    /// it) and must not parse the config a second time.
+    pub fn rules(&self) -> impl Iterator<Item = (AlgorithmKind, Quota, &[(String, Quota)])> + '_ {
+        self.rules
+            .iter()
+            .map(|r| (r.algorithm, r.quota, r.overrides.as_slice()))
+    }
+}
+
 #[derive(Clone, Debug)]
 pub(crate) struct ValidRule {
     pub algorithm: AlgorithmKind,

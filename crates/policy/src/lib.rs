@@ -43,6 +43,8 @@ pub use config::{
     AlgorithmKind, ConfigError, ConfigErrorKind, DelayConfig, MatchSpec, Mode, OverrideConfig,
     PolicyConfig, RuleConfig, Storage, Validated,
 };
-pub use policy::{Descriptors, Policy, PolicyDecision, PolicyError, ReloadReport, RuleOutcome};
+pub use policy::{
+    Applicable, Descriptors, Policy, PolicyDecision, PolicyError, ReloadReport, RuleOutcome,
+};
 pub use reloadable::Reloadable;
 pub use stats::{PolicySnapshot, RuleStats};

@@ -63,6 +63,27 @@ pub struct RuleOutcome {
     pub quota: Quota,
 }
 
+/// One rule that applies to a request, as [`Policy::applicable`] lists them: for a caller that keeps
+/// the rules' state itself (tollgate-server's Redis backend) and uses the policy only for matching
+/// and key building.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Applicable {
+    /// The rule.
+    pub rule: &'static str,
+    /// Whether it enforces (false for shadow rules and under dry run).
+    pub enforced: bool,
+    /// The rule's algorithm.
+    pub algorithm: AlgorithmKind,
+    /// The key bytes, exactly as the policy's own limiters key it: empty for a global rule, the
+    /// value for one key descriptor, length-prefixed values (4-byte little-endian lengths, so not
+    /// always UTF-8) for several.
+    pub key: Vec<u8>,
+    /// The quota for this key: its override when it has one, else the rule's effective quota.
+    pub quota: Quota,
+    /// Whether `quota` is an override.
+    pub overridden: bool,
+}
+
 /// Why a check could not be decided (as opposed to denied). Nothing is consumed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -414,6 +435,39 @@ impl<C: Clock + Clone + 'static> Policy<C> {
         outcomes.clear();
         let set = self.current.load();
         self.decide(&set, descriptors, now, cost, Some(outcomes))
+    }
+
+    /// The rules that apply to a request with these descriptors, in evaluation order, written into
+    /// `out` (cleared first), consuming nothing and counting nothing: the matching and key building
+    /// of [`check`](Self::check) without its limiters, for a caller that decides each rule against
+    /// state it keeps elsewhere. A two-stage delay is not applied (`quota` is the effective one).
+    pub fn applicable(&self, descriptors: &Descriptors<'_>, out: &mut Vec<Applicable>) {
+        out.clear();
+        let set = self.current.load();
+        let values = set.resolve(descriptors);
+        // Relaxed: see `set_dry_run`.
+        let dry = set.dry_run || self.dry_run.load(Ordering::Relaxed);
+        for rule in set.rules.iter() {
+            if !rule.applies(&values) {
+                continue;
+            }
+            let mut buf = KeyBuf::new();
+            let Some(key) = rule.key(&values, &mut buf) else {
+                continue;
+            };
+            let over = match *rule.key {
+                [one] => values[one].and_then(|v| rule.overrides.get(v)).copied(),
+                _ => None,
+            };
+            out.push(Applicable {
+                rule: rule.name,
+                enforced: rule.mode == Mode::Enforce && !dry,
+                algorithm: rule.identity.algorithm,
+                key: key.to_vec(),
+                quota: over.unwrap_or(rule.quota),
+                overridden: over.is_some(),
+            });
+        }
     }
 
     /// Turns every rule into a shadow rule (evaluated and counted, never denying) while `on`, on top

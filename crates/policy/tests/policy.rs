@@ -589,3 +589,82 @@ fn reloads_under_load_lose_no_decision_and_admit_the_global_burst_exactly() {
         .sum();
     assert_eq!(total_left, 2 * 100_000 - 1000);
 }
+
+#[test]
+fn applicable_lists_matching_rules_with_keys_and_override_quotas_and_consumes_nothing() {
+    let p = policy(
+        r#"
+        [[rules]]
+        name = "per_user"
+        match = { user = "any" }
+        key = ["user"]
+        limit = 2
+        period = "1s"
+        capacity = 100
+
+        [[rules]]
+        name = "pair"
+        match = { user = "any", route = { prefix = "/api/" } }
+        key = ["user", "route"]
+        algorithm = "fixed_window"
+        limit = 5
+        period = "1m"
+        capacity = 100
+
+        [[rules]]
+        name = "watch"
+        mode = "shadow"
+        limit = 1
+        period = "1s"
+
+        [[overrides]]
+        rule = "per_user"
+        values = ["vip"]
+        limit = 10
+        period = "1s"
+    "#,
+    );
+    let mut out = Vec::new();
+    p.applicable(&[("user", "vip"), ("route", "/api/x")], &mut out);
+    let names: Vec<_> = out.iter().map(|a| a.rule).collect();
+    assert_eq!(names, ["per_user", "pair", "watch"]);
+    assert_eq!(out[0].key, b"vip");
+    assert!(out[0].overridden);
+    assert_eq!(out[0].quota, Quota::per_second(10).unwrap());
+    let mut pair = Vec::new();
+    for v in ["vip", "/api/x"] {
+        pair.extend_from_slice(&u32::try_from(v.len()).unwrap().to_le_bytes());
+        pair.extend_from_slice(v.as_bytes());
+    }
+    assert_eq!(out[1].key, pair);
+    assert_eq!(
+        out[1].algorithm,
+        tollgate_policy::AlgorithmKind::FixedWindow
+    );
+    assert!(out[1].enforced && !out[2].enforced);
+    assert!(out[2].key.is_empty());
+
+    // A plain user, a route outside the prefix: one rule plus the shadow one; no override.
+    p.applicable(&[("user", "bob"), ("route", "/other")], &mut out);
+    let names: Vec<_> = out.iter().map(|a| a.rule).collect();
+    assert_eq!(names, ["per_user", "watch"]);
+    assert!(!out[0].overridden);
+    assert_eq!(out[0].quota, Quota::per_second(2).unwrap());
+
+    // Nothing was consumed: the limit of 2 is whole.
+    for _ in 0..2 {
+        assert!(p.check(&[("user", "bob")], 1).unwrap().is_allowed());
+    }
+    assert!(!p.check(&[("user", "bob")], 1).unwrap().is_allowed());
+
+    // Dry run turns every rule into a non-enforcing one.
+    p.set_dry_run(true);
+    p.applicable(&[("user", "bob")], &mut out);
+    assert!(out.iter().all(|a| !a.enforced));
+
+    let validated = p.config().validate().unwrap();
+    let rules: Vec<_> = validated.rules().collect();
+    assert_eq!(rules.len(), 3);
+    assert_eq!(rules[0].2.len(), 1);
+    assert_eq!(rules[1].0, tollgate_policy::AlgorithmKind::FixedWindow);
+}

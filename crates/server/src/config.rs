@@ -18,6 +18,19 @@
 //! period = "1s"
 //! ```
 //!
+//! A domain on Redis instead (see [`RedisBackend`] for every field and
+//! [`crate::redis_backend`] for keys, what holds across several rules and the fail policy):
+//!
+//! ```toml
+//! [[domains]]
+//! name = "api"
+//! backend = { redis = { url = "redis://127.0.0.1:6379/", mode = "per_request", fail = "closed" } }
+//! ```
+//!
+//! With Redis, a descriptor's rules are decided in order and the first enforcing denial stops it;
+//! **admissions by the rules before it are kept** (no refund across rules, unlike the embedded
+//! backend, which decides a descriptor's rules as one).
+//!
 //! The file is TOML, or YAML when its name ends in `.yaml`/`.yml` (same schema).
 
 use std::collections::HashSet;
@@ -90,13 +103,260 @@ pub struct DomainConfig {
     pub policy: PolicyConfig,
 }
 
-/// A domain's state backend.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
+/// A domain's state backend: `backend = "embedded"` (the default) or
+/// `backend = { redis = { url = "redis://127.0.0.1:6379", ... } }` (YAML:
+/// `backend: embedded`, `backend: { redis: { url: ... } }`); see [`RedisBackend`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum Backend {
     /// The process holds the state (tollgate-policy's own limiters).
     #[default]
     Embedded,
+    /// Every rule's state lives in one shared Redis, so replicas pointing at it share each rule's
+    /// quota.
+    Redis(RedisBackend),
+}
+
+/// `backend = { redis = { ... } }`: where and how a domain's rules keep their state in Redis.
+///
+/// ```toml
+/// backend = { redis = { url = "redis://127.0.0.1:6379/", mode = "lease", fail = "open" } }
+/// # every field:
+/// # url = "redis://host:port/db"   required
+/// # mode = "per_request"           or "lease" (gcra rules only)
+/// # fail = "closed"                or "open": the answer while Redis is down
+/// # fail_retry_after = "1s"        the wait a fail-closed denial advertises
+/// # prefix = "tollgate:"           key namespace (then "<domain>:<rule>:<algorithm>:<key>")
+/// # timeout = "50ms"               per Redis call; then the fail policy answers
+/// # breaker = { failures = 3, probe_interval = "100ms" }   failures = 0: no breaker
+/// # lease = { size = 100, ttl = "100ms", min_grant = 1, max_keys = 10000 }   lease mode only
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedisBackend {
+    /// `redis://host:port/db` (redis-rs URL syntax; `rediss://` needs a TLS build of redis-rs).
+    pub url: String,
+    /// One script call per rule per request, or local leases.
+    #[serde(default)]
+    pub mode: RedisMode,
+    /// What a rule answers while Redis cannot (down, slow, corrupt state).
+    #[serde(default)]
+    pub fail: FailMode,
+    /// The `retry_after` a fail-closed denial advertises.
+    #[serde(default = "default_fail_retry", with = "humantime_serde")]
+    pub fail_retry_after: Duration,
+    /// Key namespace; the Redis key of a rule's key is
+    /// `<prefix><domain>:<rule>:<algorithm>:<key>`.
+    #[serde(default = "default_prefix")]
+    pub prefix: String,
+    /// Per-call timeout (connect and response).
+    #[serde(default = "default_timeout", with = "humantime_serde")]
+    pub timeout: Duration,
+    /// The circuit breaker in front of each rule's connection.
+    #[serde(default)]
+    pub breaker: BreakerSettings,
+    /// Lease sizing (lease mode only).
+    #[serde(default)]
+    pub lease: Option<LeaseSettings>,
+}
+
+/// How a Redis domain decides.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RedisMode {
+    /// One atomic script call per rule per request (tollgate-redis `RedisLimiter`): exact across
+    /// replicas.
+    #[default]
+    PerRequest,
+    /// Each replica leases up to `lease.size` units per call and admits locally
+    /// (tollgate-redis `LeasedLimiter`, GCRA rules only): bounded error, far fewer round trips.
+    Lease,
+}
+
+/// The answer while Redis cannot decide.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailMode {
+    /// Deny (`OVER_LIMIT` with `fail_retry_after`): protection over availability.
+    #[default]
+    Closed,
+    /// Admit, as if the rule did not apply: availability over protection.
+    Open,
+}
+
+/// `breaker = { failures = 3, probe_interval = "100ms" }`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BreakerSettings {
+    /// Consecutive outage failures that open the circuit (then calls are answered by the fail
+    /// policy without touching the network); 0 turns the breaker off.
+    #[serde(default = "default_failures")]
+    pub failures: u32,
+    /// While open, one call per interval probes Redis.
+    #[serde(default = "default_probe", with = "humantime_serde")]
+    pub probe_interval: Duration,
+}
+
+impl Default for BreakerSettings {
+    fn default() -> Self {
+        BreakerSettings {
+            failures: default_failures(),
+            probe_interval: default_probe(),
+        }
+    }
+}
+
+/// `lease = { size = 100, ttl = "100ms", min_grant = 1, max_keys = 10000 }` (tollgate-redis
+/// `LeaseConfig`; every field optional).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeaseSettings {
+    /// Units asked for per lease (`k`).
+    #[serde(default = "default_lease_size")]
+    pub size: u64,
+    /// How long leased units may be spent before they are dropped.
+    #[serde(default = "default_lease_ttl", with = "humantime_serde")]
+    pub ttl: Duration,
+    /// Fewest units worth a round trip.
+    #[serde(default = "default_min_grant")]
+    pub min_grant: u64,
+    /// Most keys a replica tracks locally per rule.
+    #[serde(default = "default_max_keys")]
+    pub max_keys: usize,
+}
+
+impl Default for LeaseSettings {
+    fn default() -> Self {
+        LeaseSettings {
+            size: default_lease_size(),
+            ttl: default_lease_ttl(),
+            min_grant: default_min_grant(),
+            max_keys: default_max_keys(),
+        }
+    }
+}
+
+fn default_fail_retry() -> Duration {
+    Duration::from_secs(1)
+}
+fn default_prefix() -> String {
+    "tollgate:".to_owned()
+}
+fn default_timeout() -> Duration {
+    Duration::from_millis(50)
+}
+fn default_failures() -> u32 {
+    3
+}
+fn default_probe() -> Duration {
+    Duration::from_millis(100)
+}
+fn default_lease_size() -> u64 {
+    100
+}
+fn default_lease_ttl() -> Duration {
+    Duration::from_millis(100)
+}
+fn default_min_grant() -> u64 {
+    1
+}
+fn default_max_keys() -> usize {
+    10_000
+}
+
+/// `"embedded"` or `{ redis = { ... } }`, by hand rather than serde's enum forms: YAML would want a
+/// `!redis` tag, and an untagged enum would swallow the inner field errors (`unknown field
+/// `mdoe``) that make a bad config easy to fix.
+impl<'de> Deserialize<'de> for Backend {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Backend;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(r#""embedded" or { redis = { url = "redis://..." } }"#)
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Backend, E> {
+                match v {
+                    "embedded" => Ok(Backend::Embedded),
+                    "redis" => Err(E::custom(
+                        r#"backend "redis" needs settings: backend = { redis = { url = "redis://127.0.0.1:6379/" } }"#,
+                    )),
+                    other => Err(E::unknown_variant(other, &["embedded", "redis"])),
+                }
+            }
+            fn visit_map<M: serde::de::MapAccess<'de>>(
+                self,
+                mut map: M,
+            ) -> Result<Backend, M::Error> {
+                let Some(key) = map.next_key::<String>()? else {
+                    return Err(serde::de::Error::custom(
+                        "empty backend table: write \"embedded\" or { redis = { ... } }",
+                    ));
+                };
+                let backend = match key.as_str() {
+                    "redis" => Backend::Redis(map.next_value()?),
+                    "embedded" => {
+                        map.next_value::<serde::de::IgnoredAny>()?;
+                        Backend::Embedded
+                    }
+                    other => {
+                        return Err(serde::de::Error::unknown_variant(
+                            other,
+                            &["embedded", "redis"],
+                        ));
+                    }
+                };
+                if map.next_key::<String>()?.is_some() {
+                    return Err(serde::de::Error::custom(
+                        "a backend table names exactly one backend",
+                    ));
+                }
+                Ok(backend)
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
+}
+
+impl RedisBackend {
+    /// Checks what serde cannot, against the domain's policy: lease mode needs GCRA rules and lease
+    /// settings only make sense there; two-stage delays are embedded-only.
+    ///
+    /// # Errors
+    /// What is wrong, naming the rule.
+    pub fn validate(&self, policy: &PolicyConfig) -> Result<(), String> {
+        if self.url.is_empty() {
+            return Err("backend.redis.url is empty".into());
+        }
+        if self.mode == RedisMode::PerRequest && self.lease.is_some() {
+            return Err(r#"backend.redis.lease is only for mode = "lease""#.into());
+        }
+        if let Some(lease) = &self.lease {
+            if lease.size == 0 || lease.ttl.is_zero() || lease.max_keys == 0 {
+                return Err("backend.redis.lease: size, ttl and max_keys must be above 0".into());
+            }
+        }
+        if self.timeout.is_zero() {
+            return Err("backend.redis.timeout must be above 0".into());
+        }
+        for rule in &policy.rules {
+            if rule.delay.is_some() {
+                return Err(format!(
+                    "rule `{}`: a two-stage delay is only supported by the embedded backend",
+                    rule.name
+                ));
+            }
+            let algorithm = tollgate_policy::AlgorithmKind::parse(&rule.algorithm);
+            if self.mode == RedisMode::Lease
+                && algorithm != Some(tollgate_policy::AlgorithmKind::Gcra)
+            {
+                return Err(format!(
+                    "rule `{}`: redis lease mode runs gcra only (algorithm `{}`); use mode = \"per_request\"",
+                    rule.name, rule.algorithm
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Why a config file was rejected.
@@ -163,6 +423,11 @@ impl ServerConfig {
                 .policy
                 .validate()
                 .map_err(|e| ConfigFileError::Invalid(format!("domain `{}`: {e}", domain.name)))?;
+            if let Backend::Redis(redis) = &domain.backend {
+                redis.validate(&domain.policy).map_err(|e| {
+                    ConfigFileError::Invalid(format!("domain `{}`: {e}", domain.name))
+                })?;
+            }
         }
         Ok(config)
     }
@@ -182,6 +447,88 @@ mod tests {
             assert!(!config.domains.is_empty());
             crate::service::Limiter::new(&config).expect("example builds");
         }
+    }
+
+    #[tokio::test]
+    async fn redis_example_parses_and_builds() {
+        // Building connects lazily (inside a runtime): no Redis needs to run.
+        let config = ServerConfig::parse(include_str!("../examples/configs/redis.toml"), false)
+            .expect("example parses");
+        let Backend::Redis(edge) = &config.domains[0].backend else {
+            panic!("edge is on redis");
+        };
+        assert_eq!(edge.mode, RedisMode::PerRequest);
+        assert_eq!(edge.fail, FailMode::Closed);
+        let Backend::Redis(api) = &config.domains[1].backend else {
+            panic!("api is on redis");
+        };
+        assert_eq!(api.mode, RedisMode::Lease);
+        assert_eq!(api.fail, FailMode::Open);
+        assert_eq!(api.lease.map(|l| l.size), Some(50));
+        crate::service::Limiter::new(&config).expect("example builds");
+    }
+
+    #[tokio::test]
+    async fn the_readme_redis_fragment_parses_and_builds() {
+        let readme = include_str!("../../../README.md");
+        let section = readme
+            .split("## tollgate-server")
+            .nth(1)
+            .expect("the README has the server section");
+        let start = section.find("```toml\n").expect("a toml block") + "```toml\n".len();
+        let end = start + section[start..].find("```").expect("the block ends");
+        let config = ServerConfig::parse(&section[start..end], false).expect("README parses");
+        assert!(
+            matches!(&config.domains[0].backend, Backend::Redis(r) if r.mode == RedisMode::Lease)
+        );
+        crate::service::Limiter::new(&config).expect("README fragment builds");
+    }
+
+    #[test]
+    fn redis_backend_yaml_and_errors() {
+        let policy = "  policy:\n    rules:\n      - { name: g, limit: 5, period: 1s }\n";
+        let yaml = format!(
+            "domains:\n- name: a\n  backend: {{ redis: {{ url: 'redis://127.0.0.1:1/', mode: lease, fail: open }} }}\n{policy}- name: b\n  backend: embedded\n{policy}"
+        );
+        let config = ServerConfig::parse(&yaml, true).expect("yaml parses");
+        assert!(
+            matches!(&config.domains[0].backend, Backend::Redis(r) if r.mode == RedisMode::Lease && r.fail == FailMode::Open)
+        );
+        assert_eq!(config.domains[1].backend, Backend::Embedded);
+
+        let toml = |backend: &str, rule: &str| {
+            format!(
+                "[[domains]]\nname = \"a\"\nbackend = {backend}\n[domains.policy]\n[[domains.policy.rules]]\nname = \"r\"\nlimit = 5\nperiod = \"1s\"\n{rule}"
+            )
+        };
+        let parse_err = |backend: &str| match ServerConfig::parse(&toml(backend, ""), false) {
+            Err(ConfigFileError::Parse(m)) => m,
+            other => panic!("{backend}: expected a parse error, got {other:?}"),
+        };
+        assert!(
+            parse_err(r#"{ redis = { url = "redis://x/", mdoe = "lease" } }"#).contains("mdoe")
+        );
+        assert!(
+            parse_err(r#"{ redis = { url = "redis://x/", mode = "leases" } }"#).contains("leases")
+        );
+        assert!(parse_err(r#"{ redis = { mode = "lease" } }"#).contains("url"));
+        assert!(parse_err(r#""redis""#).contains("needs settings"));
+        assert!(parse_err(r#""memcached""#).contains("memcached"));
+        let invalid =
+            |backend: &str, rule: &str| match ServerConfig::parse(&toml(backend, rule), false) {
+                Err(ConfigFileError::Invalid(m)) => m,
+                other => panic!("{backend}: expected invalid, got {other:?}"),
+            };
+        let lease = r#"{ redis = { url = "redis://x/", mode = "lease" } }"#;
+        assert!(invalid(lease, "algorithm = \"fixed_window\"\n").contains("gcra only"));
+        assert!(invalid(lease, "delay = { max_delay = \"100ms\" }\n").contains("delay"));
+        assert!(
+            invalid(
+                r#"{ redis = { url = "redis://x/", lease = { size = 5 } } }"#,
+                ""
+            )
+            .contains("only for mode")
+        );
     }
 
     #[test]

@@ -54,7 +54,7 @@ impl RateLimitService for Rls {
                 (entries, cost.max(1))
             })
             .collect();
-        let answer = match self.limiter.check(&req.domain, &descriptors) {
+        let answer = match self.limiter.check(&req.domain, &descriptors).await {
             Ok(answer) => answer,
             Err(e) => {
                 let (label, status) = match e {

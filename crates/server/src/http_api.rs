@@ -115,7 +115,7 @@ async fn check(
             (entries, d.hits_addend.unwrap_or(req.hits_addend).max(1))
         })
         .collect();
-    let answer = match state.limiter.check(&req.domain, &descriptors) {
+    let answer = match state.limiter.check(&req.domain, &descriptors).await {
         Ok(a) => a,
         Err(CheckError::UnknownDomain(d)) => {
             metrics::counter!("tollgate_server_errors_total", "api" => "http", "reason" => "unknown_domain")

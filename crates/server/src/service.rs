@@ -11,6 +11,7 @@ use tollgate_http::{FieldValues, PolicyFields};
 use tollgate_policy::{Policy, PolicyDecision, PolicyError};
 
 use crate::config::{Backend, ServerConfig};
+use crate::redis_backend::{Connections, RedisRules};
 
 /// Most descriptors one request may carry; more is a malformed request.
 pub const MAX_DESCRIPTORS: usize = 64;
@@ -23,8 +24,10 @@ pub struct Domain {
     pub policy: Policy,
     /// `RateLimit` / `RateLimit-Policy` text per (rule, quota).
     pub fields: PolicyFields,
-    /// Its backend (embedded only, for now).
+    /// Its backend.
     pub backend: Backend,
+    /// The Redis backend's rule limiters (`None`: embedded, the policy holds the state).
+    pub redis: Option<RedisRules>,
 }
 
 /// The domains served, swapped whole on reload.
@@ -33,6 +36,7 @@ pub type Domains = HashMap<String, Arc<Domain>>;
 /// The live domains and the decision over them.
 pub struct Limiter {
     domains: ArcSwap<Domains>,
+    connections: Connections,
 }
 
 /// Why a request could not be decided (answered with an error, not a decision).
@@ -81,9 +85,11 @@ impl Limiter {
     /// # Errors
     /// The first domain whose policy cannot be built.
     pub fn new(config: &ServerConfig) -> Result<Self, String> {
-        let domains = build(config, None)?;
+        let connections = Connections::default();
+        let domains = build(config, None, &connections)?;
         Ok(Limiter {
             domains: ArcSwap::from_pointee(domains),
+            connections,
         })
     }
 
@@ -96,7 +102,7 @@ impl Limiter {
     /// The first domain that fails; the old config stays in force.
     pub fn reload(&self, config: &ServerConfig) -> Result<(), String> {
         let current = self.domains.load_full();
-        let next = build(config, Some(&current))?;
+        let next = build(config, Some(&current), &self.connections)?;
         self.domains.store(Arc::new(next));
         Ok(())
     }
@@ -110,14 +116,16 @@ impl Limiter {
     /// one policy check, all at one clock reading.
     ///
     /// # Atomicity
-    /// All rules that apply to one descriptor are decided as one (the policy engine's guarantee:
-    /// a denial gives back what the other rules admitted). Across descriptors of one request the
+    /// Embedded: all rules that apply to one descriptor are decided as one (the policy engine's
+    /// guarantee: a denial gives back what the other rules admitted). Redis: a descriptor's rules
+    /// are decided in order and the first enforcing denial stops it; admissions of the rules before
+    /// it are kept (see [`crate::redis_backend`]). Across descriptors of one request the
     /// decisions are independent, as in Envoy's reference service: a descriptor admitted keeps its
     /// units even when another descriptor of the same request is over its limit.
     ///
     /// # Errors
     /// [`CheckError`] for an unknown domain or a malformed request; nothing is consumed.
-    pub fn check(
+    pub async fn check(
         &self,
         domain: &str,
         descriptors: &[(Vec<(&str, &str)>, u64)],
@@ -152,10 +160,53 @@ impl Limiter {
                 )));
             }
         }
-        let domains = self.domains.load();
-        let Some(dom) = domains.get(domain) else {
-            return Err(CheckError::UnknownDomain(domain.to_owned()));
+        let dom = {
+            let domains = self.domains.load();
+            let Some(dom) = domains.get(domain) else {
+                return Err(CheckError::UnknownDomain(domain.to_owned()));
+            };
+            if dom.redis.is_none() {
+                return Ok(embedded(dom, descriptors));
+            }
+            // Held across the Redis calls: a reload meanwhile does not pull the rules away.
+            Arc::clone(dom)
         };
+        Ok(on_redis(&dom, descriptors).await)
+    }
+}
+
+/// A Redis domain's answer: each descriptor through [`RedisRules::decide`].
+async fn on_redis(dom: &Domain, descriptors: &[(Vec<(&str, &str)>, u64)]) -> Answer {
+    let Some(redis) = dom.redis.as_ref() else {
+        return embedded(dom, descriptors);
+    };
+    let mut statuses = Vec::with_capacity(descriptors.len());
+    let mut hints = Vec::with_capacity(descriptors.len());
+    for (entries, cost) in descriptors {
+        let outcome = redis.decide(&dom.policy, entries, (*cost).max(1)).await;
+        statuses.push(match outcome.result {
+            Ok(d) => Verdict::Decided(d),
+            Err(e) => Verdict::CostTooLarge(e),
+        });
+        hints.push(outcome.next_unit);
+    }
+    let ok = statuses.iter().all(Verdict::is_ok);
+    let fields = deciding(&statuses, ok).and_then(|i| match statuses[i] {
+        Verdict::Decided(d) => dom
+            .fields
+            .for_rule(d.rule?, d.quota?, &d.decision, hints[i]),
+        Verdict::CostTooLarge(_) => None,
+    });
+    Answer {
+        statuses,
+        ok,
+        fields,
+    }
+}
+
+/// An embedded domain's answer: every descriptor through the policy at one clock reading.
+fn embedded(dom: &Domain, descriptors: &[(Vec<(&str, &str)>, u64)]) -> Answer {
+    {
         let now = dom.policy.now();
         let mut statuses = Vec::with_capacity(descriptors.len());
         for (entries, cost) in descriptors {
@@ -173,11 +224,11 @@ impl Limiter {
                 .for_decision(&dom.policy, &d, &descriptors[i].0, now),
             Verdict::CostTooLarge(_) => None,
         });
-        Ok(Answer {
+        Answer {
             statuses,
             ok,
             fields,
-        })
+        }
     }
 }
 
@@ -206,20 +257,38 @@ fn deciding(statuses: &[Verdict], ok: bool) -> Option<usize> {
     best.map(|(i, _, _)| i)
 }
 
-fn build(config: &ServerConfig, current: Option<&Domains>) -> Result<Domains, String> {
+fn build(
+    config: &ServerConfig,
+    current: Option<&Domains>,
+    connections: &Connections,
+) -> Result<Domains, String> {
     // Build (and so fully check) every new policy before touching a live one.
     let mut fresh = HashMap::new();
     for d in &config.domains {
         let policy =
             Policy::new(d.policy.clone()).map_err(|e| format!("domain `{}`: {e}", d.name))?;
-        fresh.insert(d.name.clone(), policy);
+        let redis = match &d.backend {
+            Backend::Embedded => None,
+            Backend::Redis(settings) => {
+                let old = current
+                    .and_then(|c| c.get(&d.name))
+                    .and_then(|c| c.redis.as_ref());
+                Some(
+                    RedisRules::build(&d.name, settings, &d.policy, connections, old)
+                        .map_err(|e| format!("domain `{}`: {e}", d.name))?,
+                )
+            }
+        };
+        fresh.insert(d.name.clone(), (policy, redis));
     }
     let mut out = HashMap::new();
     for d in &config.domains {
         let built = fresh.remove(&d.name);
+        // An embedded domain keeps its policy (its state); a Redis domain's state is in Redis, so
+        // it is rebuilt whole (its limiters reused where unchanged, see `RedisRules::build`).
         let kept = current
             .and_then(|c| c.get(&d.name))
-            .filter(|c| c.backend == d.backend);
+            .filter(|c| c.backend == Backend::Embedded && d.backend == Backend::Embedded);
         let domain = match (kept, built) {
             (Some(old), _) => {
                 old.policy
@@ -227,10 +296,11 @@ fn build(config: &ServerConfig, current: Option<&Domains>) -> Result<Domains, St
                     .map_err(|e| format!("domain `{}`: {e}", d.name))?;
                 Arc::clone(old)
             }
-            (None, Some(policy)) => Arc::new(Domain {
+            (None, Some((policy, redis))) => Arc::new(Domain {
                 policy,
                 fields: PolicyFields::new(),
-                backend: d.backend,
+                backend: d.backend.clone(),
+                redis,
             }),
             (None, None) => return Err(format!("domain `{}` could not be built", d.name)),
         };

@@ -159,3 +159,83 @@ async fn http_check_metrics_health_and_sigterm() {
     assert!(exit.expect("exited within 20 s").success());
     assert!(stopped.is_some(), "logged its graceful stop");
 }
+
+/// SIGTERM while a call is in flight, not only between calls: the call is held inside the server
+/// (its domain's Redis is a test listener that reads the server's commands and never answers),
+/// the signal arrives and the server says it is draining, only then does the listener drop the
+/// connection, and the call still gets its decision (the domain's fail-closed answer) before the
+/// process exits cleanly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_lets_a_call_in_flight_finish() {
+    use std::io::Read;
+    let stall = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = stall.local_addr().expect("addr").port();
+    let config = format!(
+        r#"
+[[domains]]
+name = "slow"
+backend = {{ redis = {{ url = "redis://127.0.0.1:{port}/", fail = "closed", fail_retry_after = "7s", timeout = "20s", breaker = {{ failures = 0 }} }} }}
+[domains.policy]
+[[domains.policy.rules]]
+name = "global"
+limit = 10
+period = "1s"
+"#
+    );
+    let dir = temp_dir("sigterm-in-flight");
+    let server = Server::start(&dir, &config);
+    let mut client = server.client().await;
+    let (got_tx, got_rx) = std::sync::mpsc::channel();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        // The connection is lazy: it is made for our call, so any byte here is our call at work.
+        let (mut conn, _) = stall.accept().expect("the server connects");
+        let mut buf = [0u8; 1024];
+        let n = conn.read(&mut buf).unwrap_or(0);
+        let _ = got_tx.send(String::from_utf8_lossy(&buf[..n]).into_owned());
+        let _ = release_rx.recv();
+        drop(conn);
+        drop(stall); // a reconnect is refused: the call ends with an outage, not a wait
+    });
+    let call = tokio::spawn(async move {
+        client
+            .should_rate_limit(request("slow", vec![descriptor(&[("user", "u")])], 1))
+            .await
+    });
+    let got = tokio::task::spawn_blocking(move || got_rx.recv_timeout(Duration::from_secs(20)))
+        .await
+        .unwrap()
+        .expect("the call reached the backend");
+    eprintln!("the backend received: {got:?}");
+    assert!(!got.is_empty());
+    assert!(!call.is_finished(), "the call is in flight");
+    server.signal("TERM");
+    let (mut server, draining) = tokio::task::spawn_blocking(move || {
+        let line = server.wait_log("finishing in-flight calls", Duration::from_secs(10));
+        (server, line)
+    })
+    .await
+    .unwrap();
+    assert!(draining.is_some(), "the server got the signal");
+    assert!(
+        !call.is_finished(),
+        "still in flight after the signal was handled"
+    );
+    release_tx.send(()).unwrap();
+    let response = call
+        .await
+        .unwrap()
+        .expect("the in-flight call gets its answer, not a transport error")
+        .into_inner();
+    assert_eq!(response.overall_code, Code::OverLimit as i32);
+    let retry = response
+        .response_headers_to_add
+        .iter()
+        .find(|h| h.key == "retry-after")
+        .map(|h| h.value.as_str());
+    assert_eq!(retry, Some("7"), "the domain's fail-closed answer");
+    let exit = tokio::task::spawn_blocking(move || server.wait_exit(Duration::from_secs(20)))
+        .await
+        .unwrap();
+    assert!(exit.expect("exited after the call").success());
+}

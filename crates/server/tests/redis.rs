@@ -1,0 +1,355 @@
+//! The Redis backend end to end: tollgate-server processes over a private `redis-server` (started
+//! on a free loopback port by the test, killed by PID on drop).
+//!
+//! * Two server processes on one Redis share each rule's quota: exactly in `per_request` mode,
+//!   within the lease mode's stated bound in `lease` mode.
+//! * Redis killed (SIGKILL) while a client loops: the fail-closed domain denies, the fail-open one
+//!   admits, answered by the circuit breaker and counted in `/metrics`; after a restart on the
+//!   same port decisions come from Redis again within a bounded deadline.
+//!
+//! Quotas are 50 per hour, so wall time adds no units while a test runs (one unit per 72 s).
+
+mod common;
+#[path = "../../redis/tests/common/redis_server.rs"]
+mod redis_server;
+
+use std::time::{Duration, Instant};
+
+use common::{Server, descriptor, request, temp_dir};
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use redis_server::RedisServer;
+use tonic::transport::Channel;
+
+const LIMIT: u64 = 50;
+
+fn shared_config(url: &str, backend_extra: &str) -> String {
+    format!(
+        r#"
+[[domains]]
+name = "shared"
+backend = {{ redis = {{ url = "{url}", prefix = "t:" {backend_extra} }} }}
+[domains.policy]
+[[domains.policy.rules]]
+name = "per_user"
+match = {{ user = "any" }}
+key = ["user"]
+limit = {LIMIT}
+period = "1h"
+capacity = 1000
+"#
+    )
+}
+
+async fn call(
+    client: &mut RateLimitServiceClient<Channel>,
+    domain: &str,
+    user: &str,
+) -> RateLimitResponse {
+    client
+        .should_rate_limit(request(domain, vec![descriptor(&[("user", user)])], 1))
+        .await
+        .expect("call succeeds")
+        .into_inner()
+}
+
+fn is_ok(r: &RateLimitResponse) -> bool {
+    r.overall_code == Code::Ok as i32
+}
+
+/// Whether the rule decided (a Redis answer or a live lease), rather than the fail-open answer
+/// (which treats the rule as not applying, so no limit is reported).
+fn rule_decided(r: &RateLimitResponse) -> bool {
+    r.statuses
+        .first()
+        .is_some_and(|s| s.current_limit.is_some())
+}
+
+/// `tasks_per_server` concurrent loops on each server, `calls` calls each, on one key; the number
+/// of admissions per server.
+async fn hammer(servers: &[&Server], tasks_per_server: usize, calls: usize) -> Vec<u64> {
+    let mut handles = Vec::new();
+    for server in servers {
+        let mut per_server = Vec::new();
+        for _ in 0..tasks_per_server {
+            let mut client = server.client().await;
+            per_server.push(tokio::spawn(async move {
+                let mut admitted = 0;
+                for _ in 0..calls {
+                    if is_ok(&call(&mut client, "shared", "alice").await) {
+                        admitted += 1;
+                    }
+                }
+                admitted
+            }));
+        }
+        handles.push(per_server);
+    }
+    let mut out = Vec::new();
+    for per_server in handles {
+        let mut sum = 0;
+        for h in per_server {
+            sum += h.await.expect("task");
+        }
+        out.push(sum);
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_servers_share_one_quota_exactly_in_per_request_mode() {
+    let redis = RedisServer::start();
+    let dir = temp_dir("redis-shared-per-request");
+    let config = shared_config(&redis.url(), r#", mode = "per_request""#);
+    let a = Server::start(&subdir(&dir, "a"), &config);
+    let b = Server::start(&subdir(&dir, "b"), &config);
+    // 4 × 2 loops of 20 calls: 160 requests for 50 units, all racing on one key.
+    let admitted = hammer(&[&a, &b], 4, 20).await;
+    let total: u64 = admitted.iter().sum();
+    eprintln!("per_request: admitted {admitted:?} of 160 requests");
+    assert_eq!(total, LIMIT, "per-server admissions {admitted:?}");
+    assert!(
+        admitted.iter().all(|&n| n > 0),
+        "both replicas admitted: {admitted:?}"
+    );
+    // Another key has its own quota, on either server.
+    let mut client = b.client().await;
+    assert!(is_ok(&call(&mut client, "shared", "bob").await));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_servers_share_one_quota_within_the_lease_bound() {
+    const K: u64 = 5;
+    const N: u64 = 2;
+    let redis = RedisServer::start();
+    let dir = temp_dir("redis-shared-lease");
+    // Leases live 30 s: longer than the test, so ⌈T / ttl⌉ = 1.
+    let config = shared_config(
+        &redis.url(),
+        &format!(r#", mode = "lease", lease = {{ size = {K}, ttl = "30s" }}"#),
+    );
+    let a = Server::start(&subdir(&dir, "a"), &config);
+    let b = Server::start(&subdir(&dir, "b"), &config);
+    let admitted = hammer(&[&a, &b], 4, 20).await;
+    let total: u64 = admitted.iter().sum();
+    eprintln!("lease: admitted {admitted:?} of 160 requests");
+    // LeasedLimiter's stated bound: never above burst + rate × (T + ttl) (rate × 31 s < 1 unit at
+    // 50 per hour), and at least the per-request count minus n × k × (⌈T / ttl⌉ + 1).
+    let floor = LIMIT - N * K * 2;
+    assert!(
+        (floor..=LIMIT).contains(&total),
+        "lease mode admitted {total} ({admitted:?}); bound [{floor}, {LIMIT}]"
+    );
+    assert!(
+        admitted.iter().all(|&n| n > 0),
+        "both replicas admitted: {admitted:?}"
+    );
+}
+
+/// `dir/name`, created.
+fn subdir(dir: &std::path::Path, name: &str) -> std::path::PathBuf {
+    let sub = dir.join(name);
+    std::fs::create_dir_all(&sub).expect("mkdir");
+    sub
+}
+
+/// Polls `f` until it is true or `within` passes.
+async fn eventually<F, Fut>(within: Duration, mut f: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if f().await {
+            return true;
+        }
+    }
+    false
+}
+
+fn metric(text: &str, name: &str, labels: &[&str]) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(name) && labels.iter().all(|x| l.contains(x)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_killed_mid_run_gets_the_fail_policy_fast_and_recovers_after_restart() {
+    let mut redis = RedisServer::start();
+    let url = redis.url();
+    let dir = temp_dir("redis-killed");
+    let rule = |domain: &str| {
+        format!(
+            "[domains.policy]\n[[domains.policy.rules]]\nname = \"{domain}_user\"\nmatch = {{ user = \"any\" }}\nkey = [\"user\"]\nlimit = 1000\nperiod = \"1h\"\ncapacity = 1000\n"
+        )
+    };
+    // Closed: lease mode (a live lease is still spent during the outage). Open: per request.
+    // The timeout is long enough that only the breaker can make outage answers fast.
+    let config = format!(
+        "[[domains]]\nname = \"closed\"\nbackend = {{ redis = {{ url = \"{url}\", mode = \"lease\", fail = \"closed\", fail_retry_after = \"2s\", timeout = \"300ms\", lease = {{ size = 5, ttl = \"50ms\" }} }} }}\n{}\n[[domains]]\nname = \"open\"\nbackend = {{ redis = {{ url = \"{url}\", fail = \"open\", timeout = \"300ms\" }} }}\n{}",
+        rule("closed"),
+        rule("open")
+    );
+    let server = Server::start(&dir, &config);
+    let mut client = server.client().await;
+    // Both decided by Redis while it is up.
+    for domain in ["closed", "open"] {
+        let r = call(&mut client, domain, "u").await;
+        assert!(
+            is_ok(&r) && rule_decided(&r),
+            "{domain} before the kill: {r:?}"
+        );
+    }
+
+    redis.kill(); // SIGKILL
+    let mut c2 = client.clone();
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            let mut c = c2.clone();
+            async move { !is_ok(&call(&mut c, "closed", "u").await) }
+        })
+        .await,
+        "the fail-closed domain denies once Redis is gone (after its live lease)"
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            let mut c = c2.clone();
+            async move {
+                let r = call(&mut c, "open", "u").await;
+                is_ok(&r) && !rule_decided(&r)
+            }
+        })
+        .await,
+        "the fail-open domain admits without the rule once Redis is gone"
+    );
+    // Now the breaker answers: every call gets the policy, and fast (well under the 300 ms timeout
+    // a call to Redis would wait at worst; one probe per 100 ms may pay a refused connect).
+    let started = Instant::now();
+    let mut slowest = Duration::ZERO;
+    for _ in 0..20 {
+        let t = Instant::now();
+        let closed = call(&mut c2, "closed", "u").await;
+        let open = call(&mut c2, "open", "u").await;
+        slowest = slowest.max(t.elapsed());
+        assert!(!is_ok(&closed), "closed while down: {closed:?}");
+        let retry = closed
+            .response_headers_to_add
+            .iter()
+            .find(|h| h.key == "retry-after")
+            .map(|h| h.value.clone());
+        assert_eq!(retry.as_deref(), Some("2"), "fail_retry_after advertised");
+        assert!(
+            is_ok(&open) && !rule_decided(&open),
+            "open while down: {open:?}"
+        );
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(3) && slowest < Duration::from_millis(250),
+        "outage answers took {:?} for 40 calls (slowest pair {slowest:?})",
+        started.elapsed()
+    );
+    let (status, _, text) = server.http("GET", "/metrics", "");
+    assert_eq!(status, 200);
+    for (domain, answer) in [("closed", "closed"), ("open", "open")] {
+        let d = format!("domain=\"{domain}\"");
+        let a = format!("answer=\"{answer}\"");
+        let open_circuit = metric(
+            &text,
+            "tollgate_server_backend_failures_total",
+            &[&d, &a, "cause=\"circuit_open\""],
+        );
+        assert!(
+            open_circuit >= 1.0,
+            "{domain}: circuit_open answers counted:\n{text}"
+        );
+        let breaker = metric(
+            &text,
+            "tollgate_redis_breaker_open{",
+            &[&format!("prefix=\"tollgate:{domain}:{domain}_user:gcra:\"")],
+        );
+        assert_eq!(breaker, 1.0, "{domain}: breaker open gauge:\n{text}");
+    }
+
+    redis.restart(); // same port, empty data
+    for domain in ["closed", "open"] {
+        let c = client.clone();
+        assert!(
+            eventually(Duration::from_secs(10), || {
+                let mut c = c.clone();
+                async move {
+                    let r = call(&mut c, domain, "u").await;
+                    is_ok(&r) && rule_decided(&r)
+                }
+            })
+            .await,
+            "{domain}: decisions come from Redis again after the restart"
+        );
+    }
+    let (_, _, text) = server.http("GET", "/metrics", "");
+    for domain in ["closed", "open"] {
+        let breaker = metric(
+            &text,
+            "tollgate_redis_breaker_open{",
+            &[&format!("prefix=\"tollgate:{domain}:{domain}_user:gcra:\"")],
+        );
+        assert_eq!(breaker, 0.0, "{domain}: breaker closed again:\n{text}");
+    }
+}
+
+/// Replaces the file in one rename, as editors and ConfigMap updates do.
+fn write_atomically(path: &std::path::Path, text: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).expect("write");
+    std::fs::rename(&tmp, path).expect("rename");
+}
+
+async fn admitted_of(client: &mut RateLimitServiceClient<Channel>, calls: usize) -> u64 {
+    let mut n = 0;
+    for _ in 0..calls {
+        n += u64::from(is_ok(&call(client, "shared", "alice").await));
+    }
+    n
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_keeps_the_redis_state_and_a_new_url_gets_a_new_client() {
+    let first = RedisServer::start();
+    let second = RedisServer::start();
+    let dir = temp_dir("redis-reload");
+    let config = |url: &str, limit: u64| {
+        shared_config(url, "").replace(&format!("limit = {LIMIT}"), &format!("limit = {limit}"))
+    };
+    let server = Server::start(&dir, &config(&first.url(), 5));
+    let path = server.config.clone();
+    let mut client = server.client().await;
+    assert_eq!(admitted_of(&mut client, 3).await, 3);
+
+    // Same Redis, limit 5 -> 6 per hour: the key's bucket is read under the new quota (3 units of
+    // 720 s used = a TAT 2 160 s ahead; at 600 s per unit 2 of 6 are left), not a fresh 6.
+    write_atomically(&path, &common::with_ports(&config(&first.url(), 6)));
+    assert!(
+        server
+            .wait_log("config reloaded", Duration::from_secs(10))
+            .is_some()
+    );
+    assert_eq!(admitted_of(&mut client, 6).await, 2, "no fresh burst");
+
+    // Another Redis: a new client on the new URL, whose empty state admits the whole quota.
+    write_atomically(&path, &common::with_ports(&config(&second.url(), 6)));
+    assert!(
+        server
+            .wait_log("config reloaded", Duration::from_secs(10))
+            .is_some()
+    );
+    assert_eq!(
+        admitted_of(&mut client, 8).await,
+        6,
+        "the second Redis decides"
+    );
+    drop(first); // the old URL's server is not needed any more: nothing depends on it
+    let mut more = server.client().await;
+    assert_eq!(admitted_of(&mut more, 1).await, 0, "still the second Redis");
+}
