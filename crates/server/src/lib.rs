@@ -24,3 +24,4 @@ pub mod http_api;
 pub mod load;
 pub mod redis_backend;
 pub mod service;
+pub mod telemetry;

@@ -16,6 +16,10 @@
 //! Each call carries one descriptor built from `--descriptor key=value` entries (in order); a
 //! value's `{key}` is replaced by the call's key index, cycling through `0..--keys`, so `--keys N`
 //! spreads the load over N limiter keys.
+//!
+//! The report also gives the CPU time this client and (with `--server-pid`) the server spent over
+//! the window, from `/proc/<pid>/stat`: on a machine the two share, the server's CPU per call is
+//! what its throughput on dedicated cores would follow.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -67,6 +71,9 @@ pub struct LoadArgs {
     /// Also write the report as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// The server's process id, to report the CPU time it spent over the window (Linux `/proc`).
+    #[arg(long)]
+    pub server_pid: Option<u32>,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -155,6 +162,43 @@ pub struct LoadReport {
     pub first_error: Option<String>,
     /// Per-call latency over the window (every counted call, errors included).
     pub latency_us: Latency,
+    /// CPU time (user + system) this client process spent over the window; `None` without `/proc`.
+    pub client_cpu: Option<CpuUse>,
+    /// The same for the `--server-pid` process.
+    pub server_cpu: Option<CpuUse>,
+}
+
+/// CPU time a process spent over the measured window.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct CpuUse {
+    /// CPU seconds / window seconds (1.0 = one core busy all along).
+    pub cores: f64,
+    /// CPU microseconds per counted call.
+    pub us_per_call: f64,
+}
+
+/// User + system CPU time of process `pid` (`"self"` for this one) from `/proc/<pid>/stat`, in
+/// clock ticks of 10 ms (USER_HZ is 100 on Linux); `None` where that cannot be read.
+fn cpu_ticks(pid: &str) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is parenthesised and may hold spaces; fields restart after it,
+    // with the state (field 3) first, so utime (14) and stime (15) are the 12th and 13th.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(utime + stime)
+}
+
+fn cpu_use(before: Option<u64>, after: Option<u64>, window: f64, calls: u64) -> Option<CpuUse> {
+    let secs = after?.checked_sub(before?)? as f64 / 100.0;
+    Some(CpuUse {
+        cores: secs / window,
+        us_per_call: if calls == 0 {
+            0.0
+        } else {
+            secs * 1e6 / calls as f64
+        },
+    })
 }
 
 impl fmt::Display for LoadReport {
@@ -186,6 +230,15 @@ impl fmt::Display for LoadReport {
             "latency us: p50={:.1} p90={:.1} p99={:.1} p99.9={:.1} max={:.1} mean={:.1}",
             l.p50, l.p90, l.p99, l.p999, l.max, l.mean
         )?;
+        for (who, cpu) in [("client", self.client_cpu), ("server", self.server_cpu)] {
+            if let Some(c) = cpu {
+                write!(
+                    f,
+                    "\n{who} cpu: {:.2} cores, {:.1} us/call",
+                    c.cores, c.us_per_call
+                )?;
+            }
+        }
         if let Some(e) = &self.first_error {
             write!(f, "\nfirst error: {e}")?;
         }
@@ -380,6 +433,13 @@ async fn drive(args: &LoadArgs, threads: usize) -> Result<LoadReport, LoadError>
             tally
         }));
     }
+    // CPU use over the window: read at its two ends while the tasks run.
+    let server = args.server_pid.map(|p| p.to_string());
+    let read_cpu = || (cpu_ticks("self"), server.as_deref().and_then(cpu_ticks));
+    tokio::time::sleep_until(measure_from.into()).await;
+    let cpu_before = read_cpu();
+    tokio::time::sleep_until(end.into()).await;
+    let cpu_after = read_cpu();
     let mut total = histogram()?;
     let (mut ok, mut over_limit, mut errors, mut first_error) = (0, 0, 0, None);
     for task in tasks {
@@ -432,6 +492,8 @@ async fn drive(args: &LoadArgs, threads: usize) -> Result<LoadReport, LoadError>
             p999: us(total.value_at_quantile(0.999)),
             max: us(total.max()),
         },
+        client_cpu: cpu_use(cpu_before.0, cpu_after.0, secs, calls),
+        server_cpu: cpu_use(cpu_before.1, cpu_after.1, secs, calls),
     })
 }
 

@@ -73,10 +73,11 @@ fn load_subcommand_reports_calls_codes_and_errors() {
     let server = Server::start(&dir, CONFIG);
 
     // A limit never reached: every call is OK, none fails.
+    let pid = server.pid().to_string();
     let r = load(
         &server,
         &dir.join("ok.json"),
-        &["--domain", "edge", "--keys", "16"],
+        &["--domain", "edge", "--keys", "16", "--server-pid", &pid],
     );
     let calls = count(&r, "calls");
     assert!(calls > 0, "{r}");
@@ -90,6 +91,10 @@ fn load_subcommand_reports_calls_codes_and_errors() {
         lat["max"].as_f64().unwrap(),
     );
     assert!(0.0 < p50 && p50 <= p99 && p99 <= max, "{r}");
+    // Both processes' CPU time over the window is read from /proc (Linux).
+    for who in ["client_cpu", "server_cpu"] {
+        assert!(r[who]["cores"].as_f64().is_some(), "{who} in {r}");
+    }
 
     // 5 per hour for the whole domain, spent in the warm-up: the window is all OVER_LIMIT.
     let r = load(
