@@ -74,6 +74,9 @@ pub struct LoadArgs {
     /// The server's process id, to report the CPU time it spent over the window (Linux `/proc`).
     #[arg(long)]
     pub server_pid: Option<u32>,
+    /// Another process whose CPU time over the window is reported (e.g. the redis-server).
+    #[arg(long)]
+    pub other_pid: Option<u32>,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -166,6 +169,8 @@ pub struct LoadReport {
     pub client_cpu: Option<CpuUse>,
     /// The same for the `--server-pid` process.
     pub server_cpu: Option<CpuUse>,
+    /// The same for the `--other-pid` process.
+    pub other_cpu: Option<CpuUse>,
 }
 
 /// CPU time a process spent over the measured window.
@@ -230,7 +235,11 @@ impl fmt::Display for LoadReport {
             "latency us: p50={:.1} p90={:.1} p99={:.1} p99.9={:.1} max={:.1} mean={:.1}",
             l.p50, l.p90, l.p99, l.p999, l.max, l.mean
         )?;
-        for (who, cpu) in [("client", self.client_cpu), ("server", self.server_cpu)] {
+        for (who, cpu) in [
+            ("client", self.client_cpu),
+            ("server", self.server_cpu),
+            ("other", self.other_cpu),
+        ] {
             if let Some(c) = cpu {
                 write!(
                     f,
@@ -435,7 +444,14 @@ async fn drive(args: &LoadArgs, threads: usize) -> Result<LoadReport, LoadError>
     }
     // CPU use over the window: read at its two ends while the tasks run.
     let server = args.server_pid.map(|p| p.to_string());
-    let read_cpu = || (cpu_ticks("self"), server.as_deref().and_then(cpu_ticks));
+    let other = args.other_pid.map(|p| p.to_string());
+    let read_cpu = || {
+        (
+            cpu_ticks("self"),
+            server.as_deref().and_then(cpu_ticks),
+            other.as_deref().and_then(cpu_ticks),
+        )
+    };
     tokio::time::sleep_until(measure_from.into()).await;
     let cpu_before = read_cpu();
     tokio::time::sleep_until(end.into()).await;
@@ -494,6 +510,7 @@ async fn drive(args: &LoadArgs, threads: usize) -> Result<LoadReport, LoadError>
         },
         client_cpu: cpu_use(cpu_before.0, cpu_after.0, secs, calls),
         server_cpu: cpu_use(cpu_before.1, cpu_after.1, secs, calls),
+        other_cpu: cpu_use(cpu_before.2, cpu_after.2, secs, calls),
     })
 }
 
