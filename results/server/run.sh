@@ -82,7 +82,10 @@ for rep in $(seq "$REPS"); do
       sed -i "s#REDIS_URL_PLACEHOLDER#redis://127.0.0.1:$port/#" "$run_config"
       other=(--other-pid "$redis_pid")
     fi
-    "$server_bin" --config "$run_config" >"$OUT/$row.server.out" 2>"$OUT/$row.server.log" &
+    # Truncated here, not by the child's redirection: that may happen after the read below, which
+    # would then find the previous repetition's address.
+    : > "$OUT/$row.server.out"
+    "$server_bin" --config "$run_config" >>"$OUT/$row.server.out" 2>"$OUT/$row.server.log" &
     server_pid=$!
     grpc=""
     for _ in $(seq 100); do
@@ -117,11 +120,12 @@ print("| row | streams | reps | calls/s (median) | p50 µs | p99 µs | p99.9 µs
 print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 cpu = lambda r, who: (r.get(who) or {}).get("us_per_call", float("nan"))
 med = lambda rs, f: statistics.median(f(r) for r in rs)
+fmt = lambda x: "—" if x != x else f"{x:.1f}"
 for (row, streams), rs in sorted(runs.items()):
     print(f"| {row} | {streams} | {len(rs)} | {med(rs, lambda r: r['calls_per_s']):,.0f} "
           f"| {med(rs, lambda r: r['latency_us']['p50']):.0f} | {med(rs, lambda r: r['latency_us']['p99']):.0f} "
           f"| {med(rs, lambda r: r['latency_us']['p999']):.0f} | {med(rs, lambda r: r['latency_us']['max']):.0f} "
-          f"| {med(rs, lambda r: cpu(r, 'server_cpu')):.1f} | {med(rs, lambda r: cpu(r, 'other_cpu')):.1f} | {med(rs, lambda r: cpu(r, 'client_cpu')):.1f} "
+          f"| {fmt(med(rs, lambda r: cpu(r, 'server_cpu')))} | {fmt(med(rs, lambda r: cpu(r, 'other_cpu')))} | {fmt(med(rs, lambda r: cpu(r, 'client_cpu')))} "
           f"| {med(rs, lambda r: (r.get('server_cpu') or {}).get('cores', 0) + (r.get('client_cpu') or {}).get('cores', 0)):.2f} "
           f"| {sum(r['over_limit'] for r in rs)} of {sum(r['calls'] for r in rs)} | {sum(r['errors'] for r in rs)} |")
 EOF
