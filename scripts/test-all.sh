@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every test Tollgate has, in the order CI runs them. Needs: the Rust toolchain, and redis-server for
-# tollgate-redis's tests (installed here from the distribution's packages when missing; the tests start
-# and stop their own server on a free loopback port, so no system service is used).
+# tollgate-redis's and tollgate-server's tests (installed here from the distribution's packages when
+# missing; the tests start and stop their own server on a free loopback port, so no system service
+# is used).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -470,6 +470,32 @@ impl<C: Clock + Clone + 'static> Policy<C> {
         }
     }
 
+    /// Counts, in rule `rule`'s counters ([`snapshot`](Self::snapshot) and the `metrics` facade),
+    /// a decision that the caller of [`applicable`](Self::applicable) made against state it keeps
+    /// elsewhere, as [`check`](Self::check) counts its own: an admission (and near the limit when
+    /// `remaining` is at or below a fifth of the rule's capacity), a denial when `enforced`, a
+    /// shadow denial otherwise. Nothing when the rule is gone (a reload in between) or the config
+    /// turned counting off.
+    pub fn count(&self, rule: &str, enforced: bool, decision: &Decision) {
+        let set = self.current.load();
+        if !set.metrics {
+            return;
+        }
+        let Some(rule) = set.rules.iter().find(|r| r.name == rule) else {
+            return;
+        };
+        match decision {
+            Decision::Allowed { remaining, .. } => {
+                rule.counters.count(Outcome::Allowed);
+                if *remaining <= rule.near {
+                    rule.counters.count(Outcome::NearLimit);
+                }
+            }
+            Decision::Denied { .. } if enforced => rule.counters.count(Outcome::Denied),
+            Decision::Denied { .. } => rule.counters.count(Outcome::ShadowDenied),
+        }
+    }
+
     /// Turns every rule into a shadow rule (evaluated and counted, never denying) while `on`, on top
     /// of the config's own `dry_run`.
     pub fn set_dry_run(&self, on: bool) {

@@ -662,6 +662,19 @@ fn applicable_lists_matching_rules_with_keys_and_override_quotas_and_consumes_no
     p.applicable(&[("user", "bob")], &mut out);
     assert!(out.iter().all(|a| !a.enforced));
 
+    // Decisions made elsewhere are counted in the rules' own counters.
+    let before = p.snapshot();
+    let per_user = |s: &tollgate_policy::PolicySnapshot| {
+        let r = s.rules.iter().find(|r| r.rule == "per_user").unwrap();
+        (r.allowed, r.denied, r.shadow_denied)
+    };
+    p.count("per_user", true, &Decision::allowed(1, 0));
+    p.count("per_user", true, &Decision::denied(1, 1));
+    p.count("per_user", false, &Decision::denied(1, 1));
+    p.count("no_such_rule", true, &Decision::denied(1, 1));
+    let (a, d, s) = per_user(&before);
+    assert_eq!(per_user(&p.snapshot()), (a + 1, d + 1, s + 1));
+
     let validated = p.config().validate().unwrap();
     let rules: Vec<_> = validated.rules().collect();
     assert_eq!(rules.len(), 3);

@@ -466,6 +466,12 @@ mod tests {
         assert_eq!(api.fail, FailMode::Open);
         assert_eq!(api.lease.map(|l| l.size), Some(50));
         crate::service::Limiter::new(&config).expect("example builds");
+        let yaml = ServerConfig::parse(include_str!("../examples/configs/redis.yaml"), true)
+            .expect("yaml example parses");
+        assert!(
+            matches!(&yaml.domains[1].backend, Backend::Redis(r) if r.mode == RedisMode::Lease && r.lease.map(|l| l.size) == Some(50))
+        );
+        crate::service::Limiter::new(&yaml).expect("yaml example builds");
     }
 
     #[tokio::test]

@@ -26,6 +26,10 @@
 //! denied overall). Put the rule most likely to deny first. Each rule alone keeps its own bound
 //! (exact in `per_request` mode, the lease bound in `lease` mode).
 //!
+//! Each rule's decisions are counted in the policy's own per-rule counters
+//! (`tollgate_policy_decisions_total{rule,outcome}`, [`Policy::snapshot`]) through
+//! [`Policy::count`], as on the embedded backend; per replica (each counts what it decided).
+//!
 //! # When Redis cannot answer
 //! Each limiter sits behind tollgate-redis's circuit breaker (after `breaker.failures` consecutive
 //! outage failures, calls are answered at once without touching the network; one probe per
@@ -33,8 +37,10 @@
 //! `fail_retry_after`, `open` treats the rule as not applying. Every such answer is counted in
 //! `tollgate_server_backend_failures_total{domain,rule,cause,answer}` (`cause`: `outage`,
 //! `circuit_open`, `corrupt`, `config`); the breaker's state is tollgate-redis's
-//! `tollgate_redis_breaker_open{prefix}` gauge (the prefix names domain and rule). Live leases are
-//! still spent locally during an outage.
+//! `tollgate_redis_breaker_open{prefix}` gauge (the prefix names domain and rule; a rule's
+//! override quotas have limiters, and breakers, of their own under the same prefix, so with
+//! overrides the gauge shows whichever changed last). Live leases are still spent locally during
+//! an outage.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -52,7 +58,9 @@ use tollgate_redis::{
 use crate::config::{FailMode, LeaseSettings, RedisBackend, RedisMode};
 
 /// Connections by (URL, timeout), shared by every domain and kept across reloads (so a reload that
-/// keeps the URL keeps the connection; a changed URL gets a new one).
+/// keeps the URL keeps the connection; a changed URL gets a new one). Never dropped while the
+/// process runs: one idle, lazily reconnecting connection per URL ever configured. Each is one
+/// multiplexed redis-rs connection (pipelined commands from every task).
 #[derive(Default)]
 pub struct Connections {
     open: Mutex<HashMap<(String, Duration), ConnectionManager>>,
@@ -320,6 +328,7 @@ impl RedisRules {
                 Ok(decision) => decision,
                 Err(Error::Cost(e)) => {
                     if !rule.enforced {
+                        policy.count(rule.rule, false, &Decision::denied(u64::MAX, u64::MAX));
                         shadow_denied = true;
                         continue;
                     }
@@ -363,6 +372,7 @@ impl RedisRules {
                     }
                 }
             };
+            policy.count(rule.rule, rule.enforced, &decision);
             if !rule.enforced {
                 shadow_denied |= !decision.is_allowed();
                 continue;

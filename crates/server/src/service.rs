@@ -212,30 +212,28 @@ async fn on_redis(dom: &Domain, descriptors: &[(Vec<(&str, &str)>, u64)]) -> Ans
 
 /// An embedded domain's answer: every descriptor through the policy at one clock reading.
 fn embedded(dom: &Domain, descriptors: &[(Vec<(&str, &str)>, u64)]) -> Answer {
-    {
-        let now = dom.policy.now();
-        let mut statuses = Vec::with_capacity(descriptors.len());
-        for (entries, cost) in descriptors {
-            let verdict = match dom.policy.check_at(entries, now, (*cost).max(1)) {
-                Ok(d) => Verdict::Decided(d),
-                Err(e) => Verdict::CostTooLarge(e),
-            };
-            statuses.push(verdict);
-        }
-        let ok = statuses.iter().all(Verdict::is_ok);
-        let deciding = deciding(&statuses, ok);
-        let fields = deciding.and_then(|i| match statuses[i] {
-            Verdict::Decided(d) => dom
-                .fields
-                .for_decision(&dom.policy, &d, &descriptors[i].0, now),
-            Verdict::CostTooLarge(_) => None,
-        });
-        Answer {
-            statuses,
-            ok,
-            fields,
-            metrics: Arc::clone(&dom.metrics),
-        }
+    let now = dom.policy.now();
+    let mut statuses = Vec::with_capacity(descriptors.len());
+    for (entries, cost) in descriptors {
+        let verdict = match dom.policy.check_at(entries, now, (*cost).max(1)) {
+            Ok(d) => Verdict::Decided(d),
+            Err(e) => Verdict::CostTooLarge(e),
+        };
+        statuses.push(verdict);
+    }
+    let ok = statuses.iter().all(Verdict::is_ok);
+    let deciding = deciding(&statuses, ok);
+    let fields = deciding.and_then(|i| match statuses[i] {
+        Verdict::Decided(d) => dom
+            .fields
+            .for_decision(&dom.policy, &d, &descriptors[i].0, now),
+        Verdict::CostTooLarge(_) => None,
+    });
+    Answer {
+        statuses,
+        ok,
+        fields,
+        metrics: Arc::clone(&dom.metrics),
     }
 }
 
