@@ -35,6 +35,17 @@ pub async fn run(path: PathBuf, overrides: Overrides) -> Result<(), Box<dyn std:
         .install_recorder()
         .map_err(|e| tracing::warn!(error = %e, "metrics recorder not installed"))
         .ok();
+    if let Some(handle) = metrics.clone() {
+        // `install_recorder` leaves upkeep to the caller: without it every histogram sample is
+        // kept until the next scrape, so an unscraped server grows by ~24 bytes a call.
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(5));
+            loop {
+                tick.tick().await;
+                handle.run_upkeep();
+            }
+        });
+    }
     let limiter = Arc::new(Limiter::new(&config)?);
     let grpc = TcpListener::bind(overrides.grpc.unwrap_or(config.server.grpc)).await?;
     let http = TcpListener::bind(overrides.http.unwrap_or(config.server.http)).await?;

@@ -15,6 +15,7 @@ use tollgate_http::headers::{RATELIMIT, RATELIMIT_POLICY};
 use tonic::{Request, Response, Status};
 
 use crate::service::{Answer, CheckError, Limiter, Verdict};
+use crate::telemetry::Api;
 
 pub use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 
@@ -71,18 +72,9 @@ impl RateLimitService for Rls {
             }
         };
         let response = to_response(&answer);
-        record("grpc", &req.domain, answer.ok, started);
+        answer.metrics.record(Api::Grpc, answer.ok, started);
         Ok(Response::new(response))
     }
-}
-
-/// Counts a decided request and its latency.
-pub(crate) fn record(api: &'static str, domain: &str, ok: bool, started: Instant) {
-    let code = if ok { "ok" } else { "over_limit" };
-    metrics::counter!("tollgate_server_requests_total", "api" => api, "domain" => domain.to_owned(), "code" => code)
-        .increment(1);
-    metrics::histogram!("tollgate_server_decision_seconds", "api" => api)
-        .record(started.elapsed().as_secs_f64());
 }
 
 fn code(ok: bool) -> i32 {

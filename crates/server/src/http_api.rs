@@ -128,7 +128,9 @@ async fn check(
             return error(StatusCode::BAD_REQUEST, &m);
         }
     };
-    crate::grpc::record("http", &req.domain, answer.ok, started);
+    answer
+        .metrics
+        .record(crate::telemetry::Api::Http, answer.ok, started);
     let statuses: Vec<JsonStatus> = answer.statuses.iter().map(json_status).collect();
     let mut headers = HeaderMap::new();
     let mut shown = BTreeMap::new();

@@ -1,17 +1,31 @@
-//! `tollgate-server --config <file>`.
+//! `tollgate-server --config <file>`, or `tollgate-server load ...` (a gRPC load client).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
+
+/// The allocator (feature `mimalloc`, on by default): per-call allocations of tonic, h2 and the
+/// protos cost a measurable share of the server's CPU with the system allocator.
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Tollgate's rate-limit service (Envoy RLS v3 over gRPC, JSON over HTTP).
 #[derive(Parser, Debug)]
-#[command(name = "tollgate-server", version)]
+#[command(
+    name = "tollgate-server",
+    version,
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
+)]
 struct Cli {
+    /// Instead of serving, run a tool.
+    #[command(subcommand)]
+    command: Option<Tool>,
     /// The config file (TOML, or YAML by extension).
-    #[arg(long)]
-    config: PathBuf,
+    #[arg(long, required = true)]
+    config: Option<PathBuf>,
     /// gRPC listen address (overrides `[server] grpc`).
     #[arg(long)]
     grpc: Option<SocketAddr>,
@@ -23,8 +37,34 @@ struct Cli {
     log_json: bool,
 }
 
+/// Tools of the same binary.
+#[derive(Subcommand, Debug)]
+enum Tool {
+    /// Drive ShouldRateLimit load at a running server and report calls/s and latency.
+    Load(tollgate_server::load::LoadArgs),
+}
+
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    let config = match (cli.command, cli.config) {
+        (Some(Tool::Load(args)), _) => {
+            return match tollgate_server::load::run(&args) {
+                Ok(report) => {
+                    println!("{report}");
+                    std::process::ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("tollgate-server load: {e}");
+                    std::process::ExitCode::FAILURE
+                }
+            };
+        }
+        (None, Some(config)) => config,
+        (None, None) => {
+            eprintln!("tollgate-server: --config is required");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
@@ -49,7 +89,7 @@ fn main() -> std::process::ExitCode {
         grpc: cli.grpc,
         http: cli.http,
     };
-    match runtime.block_on(tollgate_server::app::run(cli.config, overrides)) {
+    match runtime.block_on(tollgate_server::app::run(config, overrides)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = %e, "tollgate-server failed");

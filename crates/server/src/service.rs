@@ -12,6 +12,7 @@ use tollgate_policy::{Policy, PolicyDecision, PolicyError};
 
 use crate::config::{Backend, ServerConfig};
 use crate::redis_backend::{Connections, RedisRules};
+use crate::telemetry::DecisionMetrics;
 
 /// Most descriptors one request may carry; more is a malformed request.
 pub const MAX_DESCRIPTORS: usize = 64;
@@ -28,6 +29,8 @@ pub struct Domain {
     pub backend: Backend,
     /// The Redis backend's rule limiters (`None`: embedded, the policy holds the state).
     pub redis: Option<RedisRules>,
+    /// Its decision metrics (registered once).
+    pub metrics: Arc<DecisionMetrics>,
 }
 
 /// The domains served, swapped whole on reload.
@@ -77,6 +80,8 @@ pub struct Answer {
     /// The fields of the deciding descriptor: the denying one with the longest wait when over the
     /// limit, else the one with the fewest units left. `None` when no enforcing rule applied.
     pub fields: Option<FieldValues>,
+    /// The domain's decision metrics, for the front end to record the request with.
+    pub metrics: Arc<DecisionMetrics>,
 }
 
 impl Limiter {
@@ -201,6 +206,7 @@ async fn on_redis(dom: &Domain, descriptors: &[(Vec<(&str, &str)>, u64)]) -> Ans
         statuses,
         ok,
         fields,
+        metrics: Arc::clone(&dom.metrics),
     }
 }
 
@@ -227,6 +233,7 @@ fn embedded(dom: &Domain, descriptors: &[(Vec<(&str, &str)>, u64)]) -> Answer {
         statuses,
         ok,
         fields,
+        metrics: Arc::clone(&dom.metrics),
     }
 }
 
@@ -299,6 +306,7 @@ fn build(
                 fields: PolicyFields::new(),
                 backend: d.backend.clone(),
                 redis,
+                metrics: Arc::new(DecisionMetrics::new(&d.name)),
             }),
             (None, None) => return Err(format!("domain `{}` could not be built", d.name)),
         };

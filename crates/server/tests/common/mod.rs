@@ -106,6 +106,11 @@ impl Server {
         RateLimitServiceClient::new(channel)
     }
 
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Sends a signal to the process.
     pub fn signal(&self, sig: &str) {
         let status = Command::new("kill")
