@@ -494,3 +494,94 @@ fn shaper_reserve_zero_waits_for_nothing() -> Result<(), Box<dyn std::error::Err
     );
     Ok(())
 }
+
+// Edge cases that cargo-mutants found untested (results/mutants/README.md).
+
+#[test]
+fn a_live_state_is_never_fresh_and_an_expired_one_is() {
+    let second = Quota::per_second(10).unwrap();
+    // Fixed window: a count in `now`'s window is live; a zero count or a past window is fresh.
+    let fw = FixedWindow::from_quota(second).unwrap();
+    let live = fw.layout().pack(FixedState { index: 3, count: 1 });
+    assert!(!fw.is_fresh(live, 3 * SEC));
+    assert!(!fw.is_fresh(live, 4 * SEC - 1));
+    assert!(fw.is_fresh(live, 4 * SEC));
+    let zero = fw.layout().pack(FixedState { index: 3, count: 0 });
+    assert!(fw.is_fresh(zero, 3 * SEC));
+    // GCRA and the leaky bucket: fresh once the TAT is not ahead of now.
+    let gcra = Gcra::from_quota(second).unwrap();
+    let bucket = LeakyBucket::from_quota(second).unwrap();
+    for (alg_fresh, name) in [
+        (
+            &(|s, n| gcra.is_fresh(s, n)) as &dyn Fn(u64, Nanos) -> bool,
+            "gcra",
+        ),
+        (&|s, n| bucket.is_fresh(s, n), "leaky bucket"),
+    ] {
+        assert!(!alg_fresh(SEC + 1, SEC), "{name}");
+        assert!(alg_fresh(SEC, SEC), "{name}");
+        assert!(alg_fresh(0, SEC), "{name}");
+    }
+    // Sliding window: a current count is live for two windows, a previous one for one.
+    let sw = SlidingWindow::from_quota(second).unwrap();
+    let current = sw.layout().pack(SlidingState {
+        index: 3,
+        previous: 0,
+        current: 1,
+    });
+    let previous = sw.layout().pack(SlidingState {
+        index: 3,
+        previous: 1,
+        current: 0,
+    });
+    assert!(!sw.is_fresh(current, 3 * SEC));
+    assert!(!sw.is_fresh(current, 4 * SEC + SEC / 2));
+    assert!(sw.is_fresh(current, 5 * SEC));
+    assert!(!sw.is_fresh(previous, 3 * SEC + SEC / 2));
+    assert!(sw.is_fresh(previous, 4 * SEC));
+    // A clock gone backwards before the stored window: live while a count is held.
+    assert!(!sw.is_fresh(previous, 2 * SEC));
+    assert!(sw.is_fresh(
+        sw.layout().pack(SlidingState {
+            index: 3,
+            previous: 0,
+            current: 0
+        }),
+        2 * SEC
+    ));
+}
+
+#[test]
+fn a_refund_of_nothing_or_onto_nothing_writes_nothing() {
+    let fw = FixedWindow::from_quota(Quota::per_second(10).unwrap()).unwrap();
+    let live = fw.layout().pack(FixedState { index: 3, count: 4 });
+    let empty = fw.layout().pack(FixedState { index: 3, count: 0 });
+    assert_eq!(fw.refund(live, 3 * SEC, 0), None);
+    assert_eq!(fw.refund(empty, 3 * SEC, 1), None);
+    assert_eq!(fw.refund(live, 4 * SEC, 1), None);
+    assert_eq!(
+        fw.refund(live, 3 * SEC, 1),
+        Some(fw.layout().pack(FixedState { index: 3, count: 3 }))
+    );
+}
+
+#[test]
+fn timelines_compare_by_interval_and_depth() {
+    use tollgate_core::algorithm::gcra::Timeline;
+    let ten = Quota::per_second(10).unwrap();
+    let a = Timeline::new(&ten);
+    assert_eq!(a, Timeline::new(&ten));
+    assert_ne!(a, Timeline::new(&ten.with_burst(5).unwrap()));
+    assert_ne!(a, Timeline::new(&Quota::per_second(20).unwrap()));
+    assert_eq!(a.interval(), SEC / 10);
+    assert_eq!(a.depth(), SEC);
+    let gcra = Gcra::from_quota(ten.with_burst(5).unwrap()).unwrap();
+    assert_eq!((gcra.interval(), gcra.depth()), (SEC / 10, SEC / 2));
+    assert_eq!(gcra.timeline(), &Timeline::new(&ten.with_burst(5).unwrap()));
+    // Units a TAT leaves free (T = 100 ms, D = 1 s): all at a past TAT, none a whole depth ahead.
+    assert_eq!(a.available(0, 5 * SEC), 10);
+    assert_eq!(a.available(5 * SEC + 300_000_000, 5 * SEC), 7);
+    assert_eq!(a.available(5 * SEC + 250_000_000, 5 * SEC), 7);
+    assert_eq!(a.available(6 * SEC, 5 * SEC), 0);
+    assert_eq!(a.available(9 * SEC, 5 * SEC), 0);
+}
