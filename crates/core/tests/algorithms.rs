@@ -563,6 +563,18 @@ fn a_refund_of_nothing_or_onto_nothing_writes_nothing() {
         fw.refund(live, 3 * SEC, 1),
         Some(fw.layout().pack(FixedState { index: 3, count: 3 }))
     );
+    // GCRA (and the leaky bucket, which is GCRA): a zero cost or a fresh TAT give nothing back.
+    let gcra = Gcra::from_quota(Quota::per_second(10).unwrap()).unwrap();
+    let bucket = LeakyBucket::from_quota(Quota::per_second(10).unwrap()).unwrap();
+    for refund in [
+        &(|s, n, c| gcra.refund(s, n, c)) as &dyn Fn(u64, Nanos, u64) -> Option<u64>,
+        &|s, n, c| bucket.refund(s, n, c),
+    ] {
+        assert_eq!(refund(SEC, SEC, 0), None);
+        assert_eq!(refund(0, SEC, 1), None);
+        assert_eq!(refund(SEC, SEC, 2), Some(SEC - 2 * SEC / 10));
+        assert_eq!(refund(SEC / 10, SEC, 2), Some(0));
+    }
 }
 
 #[test]
