@@ -597,3 +597,33 @@ fn timelines_compare_by_interval_and_depth() {
     assert_eq!(a.available(6 * SEC, 5 * SEC), 0);
     assert_eq!(a.available(9 * SEC, 5 * SEC), 0);
 }
+
+#[test]
+fn sliding_window_waits_after_a_backwards_clock_include_the_lag() {
+    let sw = SlidingWindow::from_quota(Quota::per_second(10).unwrap()).unwrap();
+    // Window 3 holds the whole limit; the clock reads 2.5 s, half a window before it.
+    let word = sw.layout().pack(SlidingState {
+        index: 3,
+        previous: 0,
+        current: 10,
+    });
+    let now = 2 * SEC + SEC / 2;
+    let t = sw.decide(word, now, 1).unwrap();
+    assert_eq!(t.next, None);
+    // Decided as at 3 s: the unit fits at 4.1 s (the 10 weigh ⌈10 × 0.9⌉ = 9 there), and every count
+    // has aged out at 5 s; both measured from the clock's 2.5 s.
+    assert_eq!(t.decision.retry_after(), Some(Duration::from_millis(1_600)));
+    assert_eq!(t.decision.reset_after(), Duration::from_millis(2_500));
+    assert!(
+        !sw.decide(word, 4 * SEC + SEC / 10 - 1, 1)
+            .unwrap()
+            .decision
+            .is_allowed()
+    );
+    assert!(
+        sw.decide(word, 4 * SEC + SEC / 10, 1)
+            .unwrap()
+            .decision
+            .is_allowed()
+    );
+}
