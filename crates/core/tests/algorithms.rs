@@ -627,3 +627,30 @@ fn sliding_window_waits_after_a_backwards_clock_include_the_lag() {
             .is_allowed()
     );
 }
+
+/// A wait that ends exactly at the clock's last nanosecond is still a wait, not `Decision::NEVER`;
+/// one nanosecond later it is.
+#[test]
+fn sliding_window_waits_ending_at_the_last_nanosecond_are_reported() {
+    // 1 per 5 ns, and 5 divides u64::MAX: a full window `i` with (i + 2) × 5 = u64::MAX.
+    let sw = SlidingWindow::from_quota(Quota::per(Duration::from_nanos(5), 1).unwrap()).unwrap();
+    let index = u64::MAX / 5 - 2;
+    let word = sw.layout().pack(SlidingState {
+        index,
+        previous: 0,
+        current: 1,
+    });
+    let denied = sw.decide(word, index * 5, 1).unwrap().decision;
+    assert_eq!(denied.retry_after(), Some(Duration::from_nanos(10)));
+    assert_eq!(denied.reset_after(), Duration::from_nanos(10));
+    let denied = sw.decide(word, index * 5 + 1, 1).unwrap().decision;
+    assert_eq!(denied.retry_after(), Some(Duration::from_nanos(9)));
+    // A window later the unit would fit at u64::MAX + 1: never.
+    let word = sw.layout().pack(SlidingState {
+        index: index + 1,
+        previous: 0,
+        current: 1,
+    });
+    let denied = sw.decide(word, (index + 1) * 5, 1).unwrap().decision;
+    assert_eq!(denied.retry_after(), Some(Decision::NEVER));
+}
