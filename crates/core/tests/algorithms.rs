@@ -575,6 +575,22 @@ fn a_refund_of_nothing_or_onto_nothing_writes_nothing() {
         assert_eq!(refund(SEC, SEC, 2), Some(SEC - 2 * SEC / 10));
         assert_eq!(refund(SEC / 10, SEC, 2), Some(0));
     }
+    // Sliding window: nothing to take off an empty current count (stored window is now's) or an
+    // empty previous count (stored window is one ahead of now's, a later admission moved it).
+    let sw = SlidingWindow::from_quota(Quota::per_second(10).unwrap()).unwrap();
+    let word = |previous, current| {
+        sw.layout().pack(SlidingState {
+            index: 3,
+            previous,
+            current,
+        })
+    };
+    assert_eq!(sw.refund(word(4, 0), 3 * SEC, 1), None);
+    assert_eq!(sw.refund(word(0, 4), 2 * SEC, 1), None);
+    assert_eq!(sw.refund(word(4, 4), 3 * SEC, 0), None);
+    assert_eq!(sw.refund(word(4, 4), 3 * SEC, 1), Some(word(4, 3)));
+    assert_eq!(sw.refund(word(4, 4), 2 * SEC, 1), Some(word(3, 4)));
+    assert_eq!(sw.refund(word(4, 4), SEC, 1), None);
 }
 
 #[test]
