@@ -342,3 +342,55 @@ fn a_lease_refund_may_fill_the_unit_count_exactly_but_not_past_it() {
     assert!(l.refund(receipt, 1));
     assert!(!l.refund(receipt, 1));
 }
+
+#[test]
+fn a_lease_replaced_while_all_its_units_are_still_ahead_keeps_its_size() {
+    let l = adaptive();
+    tats(&l, 0, 22); // leases grown to 8, used up at t = 0; shared TAT 22 µs
+    // A direct grant of 100 pushes the shared TAT to 122 µs, so the next leases lie ahead of now.
+    assert!(l.check_on_stripe(0, 0, 100).unwrap().is_allowed());
+    assert_eq!(tats(&l, 50 * US, 1), [130]); // lease [122, 130) µs taken at 50 µs
+    // At 80 µs a cost of 8 finds 7 units, all still ahead (none expired): the lease is replaced
+    // (its 7 given back) without shrinking, and the next one, at 200 µs, is still 8.
+    assert!(l.check_on_stripe(0, 80 * US, 8).unwrap().is_allowed());
+    assert_eq!(l.shared_tat(), 131 * US);
+    assert_eq!(tats(&l, 200 * US, 1), [208]);
+}
+
+#[test]
+fn a_shared_refund_gives_back_only_a_nonzero_cost_still_on_top() {
+    let l = limiter(10, 1, LeaseSize::Fixed(2));
+    // Above the lease size: decided on the shared state, with a `Shared` receipt.
+    let (_, first) = l.check_on_stripe_with_receipt(0, 0, 4).unwrap();
+    assert_eq!(l.shared_tat(), 4 * T);
+    assert!(!l.refund(first, 0), "nothing to give back");
+    let (_, second) = l.check_on_stripe_with_receipt(0, 0, 3).unwrap();
+    assert_eq!(l.shared_tat(), 7 * T);
+    assert!(!l.refund(first, 4), "a later grant sits above it");
+    assert_eq!(l.shared_tat(), 7 * T);
+    assert!(l.refund(second, 3));
+    assert_eq!(l.shared_tat(), 4 * T);
+}
+
+#[test]
+fn a_denial_reports_the_exact_wait_for_its_cost() {
+    let l = limiter(10, 1, LeaseSize::Fixed(4));
+    assert!(l.check_on_stripe(0, 0, 10).unwrap().is_allowed());
+    let denied = l.check_on_stripe(0, 0, 3).unwrap();
+    assert_eq!(denied.retry_after(), Some(Duration::from_nanos(3 * T)));
+    assert_eq!(denied.reset_after(), Duration::from_nanos(10 * T));
+}
+
+#[test]
+fn the_limiter_reads_its_clock() {
+    let clock = ManualClock::starting_at(5 * T);
+    let quota = Quota::per_second(10).unwrap().with_burst(1).unwrap();
+    let l = StripedLimiter::with_config(quota, StripedConfig::default().stripes(1), clock.clone())
+        .unwrap();
+    assert_eq!(l.now(), 5 * T);
+    assert!(l.check().is_allowed());
+    assert_eq!(l.shared_tat(), 6 * T, "admitted at the clock's 5 T");
+    assert!(!l.check().is_allowed());
+    clock.advance(Duration::from_nanos(T));
+    assert!(l.check().is_allowed());
+}
