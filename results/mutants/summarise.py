@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """Per-file caught / missed / unviable / timeout counts from cargo-mutants' outcomes.json.
 
-    results/mutants/summarise.py <dir holding mutants.out> [...]
+    results/mutants/summarise.py DIR [DIR ...]          one table per run
+    results/mutants/summarise.py --merge DIR DIR [...]  one table: later runs' outcomes replace
+                                                        earlier ones for the same mutant (an
+                                                        `--iterate` re-run on top of a full run)
 
-Prints a Markdown table (one row per source file, then a total row per run).
+DIR holds mutants.out/ (or is it). Prints Markdown.
 """
 import collections
 import json
@@ -12,19 +15,25 @@ import sys
 
 KINDS = {"CaughtMutant": "caught", "MissedMutant": "missed", "Unviable": "unviable", "Timeout": "timeout"}
 
-for arg in sys.argv[1:]:
+
+def outcomes(arg):
     path = pathlib.Path(arg)
-    if path.is_dir():
-        path = path / "mutants.out" / "outcomes.json" if (path / "mutants.out").is_dir() else path / "outcomes.json"
-    outcomes = json.loads(path.read_text())["outcomes"]
-    per_file = collections.defaultdict(collections.Counter)
-    for outcome in outcomes:
-        scenario = outcome["scenario"]
-        if scenario == "Baseline":
+    if (path / "mutants.out").is_dir():
+        path = path / "mutants.out"
+    result = {}
+    for outcome in json.loads((path / "outcomes.json").read_text())["outcomes"]:
+        if outcome["scenario"] == "Baseline":
             continue
-        mutant = scenario["Mutant"]
-        per_file[mutant["file"]][KINDS.get(outcome["summary"], outcome["summary"])] += 1
-    print(f"\n{arg}\n")
+        mutant = outcome["scenario"]["Mutant"]
+        result[mutant["name"]] = (mutant["file"], KINDS.get(outcome["summary"], outcome["summary"]))
+    return result
+
+
+def table(title, merged):
+    per_file = collections.defaultdict(collections.Counter)
+    for file, kind in merged.values():
+        per_file[file][kind] += 1
+    print(f"\n{title}\n")
     print("| file | mutants | caught | missed | unviable | timeout |")
     print("|---|---|---|---|---|---|")
     total = collections.Counter()
@@ -33,3 +42,14 @@ for arg in sys.argv[1:]:
         total.update(c)
         print(f"| `{file}` | {sum(c.values())} | {c['caught']} | {c['missed']} | {c['unviable']} | {c['timeout']} |")
     print(f"| **total** | {sum(total.values())} | {total['caught']} | {total['missed']} | {total['unviable']} | {total['timeout']} |")
+
+
+args = sys.argv[1:]
+if args and args[0] == "--merge":
+    merged = {}
+    for arg in args[1:]:
+        merged.update(outcomes(arg))
+    table(" + ".join(args[1:]), merged)
+else:
+    for arg in args:
+        table(arg, outcomes(arg))
