@@ -494,3 +494,179 @@ fn shaper_reserve_zero_waits_for_nothing() -> Result<(), Box<dyn std::error::Err
     );
     Ok(())
 }
+
+// Edge cases that cargo-mutants found untested (results/mutants/README.md).
+
+#[test]
+fn a_live_state_is_never_fresh_and_an_expired_one_is() {
+    let second = Quota::per_second(10).unwrap();
+    // Fixed window: a count in `now`'s window is live; a zero count or a past window is fresh.
+    let fw = FixedWindow::from_quota(second).unwrap();
+    let live = fw.layout().pack(FixedState { index: 3, count: 1 });
+    assert!(!fw.is_fresh(live, 3 * SEC));
+    assert!(!fw.is_fresh(live, 4 * SEC - 1));
+    assert!(fw.is_fresh(live, 4 * SEC));
+    let zero = fw.layout().pack(FixedState { index: 3, count: 0 });
+    assert!(fw.is_fresh(zero, 3 * SEC));
+    // GCRA and the leaky bucket: fresh once the TAT is not ahead of now.
+    let gcra = Gcra::from_quota(second).unwrap();
+    let bucket = LeakyBucket::from_quota(second).unwrap();
+    for (alg_fresh, name) in [
+        (
+            &(|s, n| gcra.is_fresh(s, n)) as &dyn Fn(u64, Nanos) -> bool,
+            "gcra",
+        ),
+        (&|s, n| bucket.is_fresh(s, n), "leaky bucket"),
+    ] {
+        assert!(!alg_fresh(SEC + 1, SEC), "{name}");
+        assert!(alg_fresh(SEC, SEC), "{name}");
+        assert!(alg_fresh(0, SEC), "{name}");
+    }
+    // Sliding window: a current count is live for two windows, a previous one for one.
+    let sw = SlidingWindow::from_quota(second).unwrap();
+    let current = sw.layout().pack(SlidingState {
+        index: 3,
+        previous: 0,
+        current: 1,
+    });
+    let previous = sw.layout().pack(SlidingState {
+        index: 3,
+        previous: 1,
+        current: 0,
+    });
+    assert!(!sw.is_fresh(current, 3 * SEC));
+    assert!(!sw.is_fresh(current, 4 * SEC + SEC / 2));
+    assert!(sw.is_fresh(current, 5 * SEC));
+    assert!(!sw.is_fresh(previous, 3 * SEC + SEC / 2));
+    assert!(sw.is_fresh(previous, 4 * SEC));
+    // A clock gone backwards before the stored window: live while a count is held.
+    assert!(!sw.is_fresh(previous, 2 * SEC));
+    assert!(sw.is_fresh(
+        sw.layout().pack(SlidingState {
+            index: 3,
+            previous: 0,
+            current: 0
+        }),
+        2 * SEC
+    ));
+}
+
+#[test]
+fn a_refund_of_nothing_or_onto_nothing_writes_nothing() {
+    let fw = FixedWindow::from_quota(Quota::per_second(10).unwrap()).unwrap();
+    let live = fw.layout().pack(FixedState { index: 3, count: 4 });
+    let empty = fw.layout().pack(FixedState { index: 3, count: 0 });
+    assert_eq!(fw.refund(live, 3 * SEC, 0), None);
+    assert_eq!(fw.refund(empty, 3 * SEC, 1), None);
+    assert_eq!(fw.refund(live, 4 * SEC, 1), None);
+    assert_eq!(
+        fw.refund(live, 3 * SEC, 1),
+        Some(fw.layout().pack(FixedState { index: 3, count: 3 }))
+    );
+    // GCRA (and the leaky bucket, which is GCRA): a zero cost or a fresh TAT give nothing back.
+    let gcra = Gcra::from_quota(Quota::per_second(10).unwrap()).unwrap();
+    let bucket = LeakyBucket::from_quota(Quota::per_second(10).unwrap()).unwrap();
+    for refund in [
+        &(|s, n, c| gcra.refund(s, n, c)) as &dyn Fn(u64, Nanos, u64) -> Option<u64>,
+        &|s, n, c| bucket.refund(s, n, c),
+    ] {
+        assert_eq!(refund(SEC, SEC, 0), None);
+        assert_eq!(refund(0, SEC, 1), None);
+        assert_eq!(refund(SEC, SEC, 2), Some(SEC - 2 * SEC / 10));
+        assert_eq!(refund(SEC / 10, SEC, 2), Some(0));
+    }
+    // Sliding window: nothing to take off an empty current count (stored window is now's) or an
+    // empty previous count (stored window is one ahead of now's, a later admission moved it).
+    let sw = SlidingWindow::from_quota(Quota::per_second(10).unwrap()).unwrap();
+    let word = |previous, current| {
+        sw.layout().pack(SlidingState {
+            index: 3,
+            previous,
+            current,
+        })
+    };
+    assert_eq!(sw.refund(word(4, 0), 3 * SEC, 1), None);
+    assert_eq!(sw.refund(word(0, 4), 2 * SEC, 1), None);
+    assert_eq!(sw.refund(word(4, 4), 3 * SEC, 0), None);
+    assert_eq!(sw.refund(word(4, 4), 3 * SEC, 1), Some(word(4, 3)));
+    assert_eq!(sw.refund(word(4, 4), 2 * SEC, 1), Some(word(3, 4)));
+    assert_eq!(sw.refund(word(4, 4), SEC, 1), None);
+}
+
+#[test]
+fn timelines_compare_by_interval_and_depth() {
+    use tollgate_core::algorithm::gcra::Timeline;
+    let ten = Quota::per_second(10).unwrap();
+    let a = Timeline::new(&ten);
+    assert_eq!(a, Timeline::new(&ten));
+    assert_ne!(a, Timeline::new(&ten.with_burst(5).unwrap()));
+    assert_ne!(a, Timeline::new(&Quota::per_second(20).unwrap()));
+    assert_eq!(a.interval(), SEC / 10);
+    assert_eq!(a.depth(), SEC);
+    let gcra = Gcra::from_quota(ten.with_burst(5).unwrap()).unwrap();
+    assert_eq!((gcra.interval(), gcra.depth()), (SEC / 10, SEC / 2));
+    assert_eq!(gcra.timeline(), &Timeline::new(&ten.with_burst(5).unwrap()));
+    // Units a TAT leaves free (T = 100 ms, D = 1 s): all at a past TAT, none a whole depth ahead.
+    assert_eq!(a.available(0, 5 * SEC), 10);
+    assert_eq!(a.available(5 * SEC + 300_000_000, 5 * SEC), 7);
+    assert_eq!(a.available(5 * SEC + 250_000_000, 5 * SEC), 7);
+    assert_eq!(a.available(6 * SEC, 5 * SEC), 0);
+    assert_eq!(a.available(9 * SEC, 5 * SEC), 0);
+}
+
+#[test]
+fn sliding_window_waits_after_a_backwards_clock_include_the_lag() {
+    let sw = SlidingWindow::from_quota(Quota::per_second(10).unwrap()).unwrap();
+    // Window 3 holds the whole limit; the clock reads 2.5 s, half a window before it.
+    let word = sw.layout().pack(SlidingState {
+        index: 3,
+        previous: 0,
+        current: 10,
+    });
+    let now = 2 * SEC + SEC / 2;
+    let t = sw.decide(word, now, 1).unwrap();
+    assert_eq!(t.next, None);
+    // Decided as at 3 s: the unit fits at 4.1 s (the 10 weigh ⌈10 × 0.9⌉ = 9 there), and every count
+    // has aged out at 5 s; both measured from the clock's 2.5 s.
+    assert_eq!(t.decision.retry_after(), Some(Duration::from_millis(1_600)));
+    assert_eq!(t.decision.reset_after(), Duration::from_millis(2_500));
+    assert!(
+        !sw.decide(word, 4 * SEC + SEC / 10 - 1, 1)
+            .unwrap()
+            .decision
+            .is_allowed()
+    );
+    assert!(
+        sw.decide(word, 4 * SEC + SEC / 10, 1)
+            .unwrap()
+            .decision
+            .is_allowed()
+    );
+}
+
+/// A wait that ends exactly at the clock's last nanosecond is still a wait, not `Decision::NEVER`;
+/// one nanosecond later it is.
+#[test]
+fn sliding_window_waits_ending_at_the_last_nanosecond_are_reported() {
+    // 1 per 5 ns, and 5 divides u64::MAX: a full window `i` with (i + 2) × 5 = u64::MAX.
+    let sw = SlidingWindow::from_quota(Quota::per(Duration::from_nanos(5), 1).unwrap()).unwrap();
+    let index = u64::MAX / 5 - 2;
+    let word = sw.layout().pack(SlidingState {
+        index,
+        previous: 0,
+        current: 1,
+    });
+    let denied = sw.decide(word, index * 5, 1).unwrap().decision;
+    assert_eq!(denied.retry_after(), Some(Duration::from_nanos(10)));
+    assert_eq!(denied.reset_after(), Duration::from_nanos(10));
+    let denied = sw.decide(word, index * 5 + 1, 1).unwrap().decision;
+    assert_eq!(denied.retry_after(), Some(Duration::from_nanos(9)));
+    // A window later the unit would fit at u64::MAX + 1: never.
+    let word = sw.layout().pack(SlidingState {
+        index: index + 1,
+        previous: 0,
+        current: 1,
+    });
+    let denied = sw.decide(word, (index + 1) * 5, 1).unwrap().decision;
+    assert_eq!(denied.retry_after(), Some(Decision::NEVER));
+}

@@ -345,3 +345,52 @@ fn a_gcra_refund_raced_by_a_much_later_admission_frees_at_most_its_cost() {
     assert_eq!(refunded, 5 * t);
     assert_eq!(6 * t - refunded, t, "looser by exactly the refunded cost");
 }
+
+/// GCRA's decisions without its refund: an algorithm that keeps the trait's default.
+#[derive(Clone, Debug)]
+struct NoRefund(Gcra);
+
+impl Algorithm for NoRefund {
+    const NAME: &'static str = "no_refund";
+
+    fn from_quota(quota: Quota) -> Result<Self, tollgate_core::QuotaError> {
+        Gcra::from_quota(quota).map(NoRefund)
+    }
+
+    fn quota(&self) -> &Quota {
+        self.0.quota()
+    }
+
+    fn capacity(&self) -> u64 {
+        self.0.capacity()
+    }
+
+    fn decide(
+        &self,
+        state: u64,
+        now: Nanos,
+        cost: u64,
+    ) -> Result<tollgate_core::Transition, tollgate_core::CheckError> {
+        self.0.decide(state, now, cost)
+    }
+
+    fn is_fresh(&self, state: u64, now: Nanos) -> bool {
+        self.0.is_fresh(state, now)
+    }
+}
+
+#[test]
+fn the_default_refund_gives_nothing_back_and_writes_nothing() {
+    let alg = NoRefund::from_quota(Quota::per_second(10).unwrap().with_burst(2).unwrap()).unwrap();
+    let now = 1_000_000_000;
+    let limiter = tollgate_core::AtomicLimiter::from_algorithm(alg.clone(), ManualClock::new());
+    assert!(limiter.check_at(now, 2).unwrap().is_allowed());
+    let word = limiter.state_word();
+    assert_ne!(word, 0);
+    for state in [0, 1, word] {
+        assert_eq!(alg.refund(state, now, 1), None);
+    }
+    assert!(!limiter.refund_at(now, 2), "nothing to give back");
+    assert_eq!(limiter.state_word(), word, "the word is untouched");
+    assert!(!limiter.check_at(now, 1).unwrap().is_allowed());
+}

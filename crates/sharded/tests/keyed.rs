@@ -484,3 +484,24 @@ fn a_key_inserted_after_overflowing_gets_no_second_burst() -> Result {
     );
     Ok(())
 }
+
+/// A peek for a new key whose window is full of idle (fresh) keys predicts the check that will evict
+/// one of them: the key's own fresh state, not the stripe's overflow state (which is still busy).
+#[test]
+fn a_peek_for_a_new_key_counts_fresh_keys_as_room() -> Result {
+    let clock = ManualClock::new();
+    // T = D = 100 ms.
+    let limiter = tiny(Quota::per_second(10)?.with_burst(1)?, 4, &clock)?;
+    for key in 0..4u64 {
+        assert!(limiter.check_key(&key, 1)?.is_allowed());
+    }
+    clock.set(50 * MS);
+    assert!(limiter.check_key(&10, 1)?.is_allowed());
+    assert_eq!(limiter.overflow_decisions(), 1);
+    // At 120 ms the four keys are fresh; the overflow state (TAT 150 ms) is not.
+    clock.set(120 * MS);
+    assert!(limiter.peek_key(&20, 1)?.is_allowed());
+    assert!(limiter.check_key(&20, 1)?.is_allowed());
+    assert_eq!(limiter.overflow_decisions(), 1, "20 took a slot");
+    Ok(())
+}

@@ -102,6 +102,7 @@ mod tests {
             prop_assert!(!word.is_locked());
             let locked = word.locked();
             prop_assert!(locked.is_locked());
+            prop_assert_eq!(locked.locked(), locked, "locking a locked word keeps it locked");
             prop_assert_eq!(locked.units(), units);
             prop_assert_eq!(locked.generation(), generation);
             let changed = word.with_units(other);

@@ -192,3 +192,205 @@ fn threads_at_a_frozen_instant_conserve_the_burst() {
     assert!(admitted <= 1_000);
     assert_eq!(admitted + l.stranded_units(), 1_000);
 }
+
+// Lease arithmetic that cargo-mutants found untested (results/mutants/README.md).
+
+/// T = 1 µs, burst 1000, one stripe, adaptive leases up to 8 units.
+fn adaptive() -> StripedLimiter<ManualClock> {
+    let quota = Quota::per_second(1_000_000)
+        .unwrap()
+        .with_burst(1_000)
+        .unwrap();
+    let config = StripedConfig::default()
+        .stripes(1)
+        .lease(LeaseSize::Adaptive { max: 8 });
+    StripedLimiter::with_config(quota, config, ManualClock::new()).unwrap()
+}
+
+const US: Nanos = 1_000;
+
+/// `n` checks of one unit on stripe 0 at `now`, each admitted; the shared TAT after each.
+fn tats(l: &StripedLimiter<ManualClock>, now: Nanos, n: usize) -> Vec<Nanos> {
+    (0..n)
+        .map(|_| {
+            assert!(l.check_on_stripe(0, now, 1).unwrap().is_allowed());
+            l.shared_tat() / US
+        })
+        .collect()
+}
+
+#[test]
+fn adaptive_leases_double_while_refilled_within_the_target_and_stop_at_the_cap() {
+    let l = adaptive();
+    // Leases of 2, 4, 8, 8 units, each taken when the last one ran out.
+    let mut expected = vec![2; 2];
+    expected.extend([6; 4]);
+    expected.extend([14; 8]);
+    expected.extend([22; 8]);
+    assert_eq!(tats(&l, 0, 22), expected);
+}
+
+#[test]
+fn a_refill_exactly_the_target_interval_later_does_not_grow() {
+    let l = adaptive();
+    assert_eq!(tats(&l, 0, 2), [2, 2]); // a lease of 2 taken at 0, used up
+    // 20 µs later: not "often" any more, and nothing expired unused: the size stays 2.
+    assert_eq!(tats(&l, 20 * US, 1), [22]);
+    let l = adaptive();
+    assert_eq!(tats(&l, 0, 2), [2, 2]);
+    // 1 ns earlier it still counts as often: 4.
+    assert_eq!(
+        l.check_on_stripe(0, 20 * US - 1, 1).map(|d| d.is_allowed()),
+        Ok(true)
+    );
+    assert_eq!(l.shared_tat(), 20 * US - 1 + 4 * US);
+}
+
+/// Grows the lease to 8 at t = 0 (used up), then takes a lease of 8 at 100 µs and uses `used` of it.
+fn a_lease_of_8_at_100us(used: usize) -> StripedLimiter<ManualClock> {
+    let l = adaptive();
+    tats(&l, 0, 22);
+    assert_eq!(tats(&l, 100 * US, 1), [108]);
+    tats(&l, 100 * US, used);
+    l
+}
+
+#[test]
+fn a_lease_that_expires_unused_halves_the_next_one() {
+    let l = a_lease_of_8_at_100us(0);
+    // At 1 s its 7 unused units have expired: the next lease is 4.
+    assert_eq!(
+        l.check_on_stripe(0, 1_000 * US, 1).map(|d| d.is_allowed()),
+        Ok(true)
+    );
+    assert_eq!(l.shared_tat(), 1_004 * US);
+}
+
+#[test]
+fn a_lease_partly_used_before_it_expired_keeps_its_size() {
+    let l = a_lease_of_8_at_100us(1);
+    assert_eq!(
+        l.check_on_stripe(0, 1_000 * US, 1).map(|d| d.is_allowed()),
+        Ok(true)
+    );
+    assert_eq!(l.shared_tat(), 1_008 * US);
+}
+
+#[test]
+fn remaining_counts_the_lease_and_what_the_shared_state_had_free() {
+    let l = adaptive();
+    let remaining: Vec<u64> = (0..3)
+        .map(|_| l.check_on_stripe(0, 0, 1).unwrap().remaining())
+        .collect();
+    // As a lone GCRA of burst 1000 would say: 999 after the first (a refill: 1 left in the lease
+    // of 2, 998 free), 998 after the second (the lease's last unit), 997 after the third (a refill).
+    assert_eq!(remaining, [999, 998, 997]);
+}
+
+#[test]
+fn a_peek_decides_from_the_stripes_lease_before_the_shared_state() {
+    // Burst 4 and a lease of 4: one check takes the whole burst into stripe 0's lease.
+    let l = limiter(4, 1, LeaseSize::Fixed(4));
+    assert!(l.check_on_stripe(0, 0, 1).unwrap().is_allowed());
+    assert_eq!(l.shared_tat(), 4 * T);
+    let peek = l.peek_on_stripe(0, 0, 1).unwrap();
+    assert!(peek.is_allowed());
+    assert_eq!(peek.remaining(), 2);
+    assert!(!l.peek_on_stripe(0, 0, 4).unwrap().is_allowed());
+    // Peeking changed nothing.
+    assert_eq!(l.check_on_stripe(0, 0, 3).unwrap().remaining(), 0);
+}
+
+#[test]
+fn stripe_indices_wrap_at_the_stripe_count() {
+    let l = limiter(8, 4, LeaseSize::Fixed(2));
+    assert!(l.check_on_stripe(1, 0, 1).unwrap().is_allowed());
+    assert_eq!(l.peek_on_stripe(5, 0, 1), l.peek_on_stripe(1, 0, 1));
+    assert_eq!(l.peek_on_stripe(5, 0, 1).unwrap().remaining(), 6);
+    assert_eq!(l.check_on_stripe(5, 0, 1).unwrap().remaining(), 6);
+    assert_eq!(
+        l.shared_tat(),
+        2 * T,
+        "stripe 5 is stripe 1: its lease served it"
+    );
+}
+
+#[test]
+fn with_shared_tat_continues_the_given_timeline() {
+    let l = limiter(10, 1, LeaseSize::Fixed(4)).with_shared_tat(10 * T);
+    assert_eq!(l.shared_tat(), 10 * T);
+    assert!(!l.check_on_stripe(0, 0, 1).unwrap().is_allowed());
+    assert!(l.check_on_stripe(0, T, 1).unwrap().is_allowed());
+}
+
+#[test]
+fn a_lease_refund_may_fill_the_unit_count_exactly_but_not_past_it() {
+    use tollgate_striped::LeaseWord;
+    let mask = LeaseWord::UNITS_MASK;
+    let quota = Quota::per_second(10).unwrap().with_burst(2 * mask).unwrap();
+    let config = StripedConfig::default()
+        .stripes(1)
+        .lease(LeaseSize::Fixed(mask));
+    let l = StripedLimiter::with_config(quota, config, ManualClock::new()).unwrap();
+    let (decision, receipt) = l.check_on_stripe_with_receipt(0, 0, 1).unwrap();
+    assert!(decision.is_allowed());
+    let (_, second) = l.check_on_stripe_with_receipt(0, 0, 1).unwrap();
+    assert_eq!(receipt, second, "both from the same lease");
+    // The lease holds mask − 2: one unit back fills it to mask − 1, a second to mask, a third
+    // would pass the 20-bit count and is refused.
+    assert!(l.refund(receipt, 1));
+    assert!(l.refund(receipt, 1));
+    assert!(!l.refund(receipt, 1));
+}
+
+#[test]
+fn a_lease_replaced_while_all_its_units_are_still_ahead_keeps_its_size() {
+    let l = adaptive();
+    tats(&l, 0, 22); // leases grown to 8, used up at t = 0; shared TAT 22 µs
+    // A direct grant of 100 pushes the shared TAT to 122 µs, so the next leases lie ahead of now.
+    assert!(l.check_on_stripe(0, 0, 100).unwrap().is_allowed());
+    assert_eq!(tats(&l, 50 * US, 1), [130]); // lease [122, 130) µs taken at 50 µs
+    // At 80 µs a cost of 8 finds 7 units, all still ahead (none expired): the lease is replaced
+    // (its 7 given back) without shrinking, and the next one, at 200 µs, is still 8.
+    assert!(l.check_on_stripe(0, 80 * US, 8).unwrap().is_allowed());
+    assert_eq!(l.shared_tat(), 131 * US);
+    assert_eq!(tats(&l, 200 * US, 1), [208]);
+}
+
+#[test]
+fn a_shared_refund_gives_back_only_a_nonzero_cost_still_on_top() {
+    let l = limiter(10, 1, LeaseSize::Fixed(2));
+    // Above the lease size: decided on the shared state, with a `Shared` receipt.
+    let (_, first) = l.check_on_stripe_with_receipt(0, 0, 4).unwrap();
+    assert_eq!(l.shared_tat(), 4 * T);
+    assert!(!l.refund(first, 0), "nothing to give back");
+    let (_, second) = l.check_on_stripe_with_receipt(0, 0, 3).unwrap();
+    assert_eq!(l.shared_tat(), 7 * T);
+    assert!(!l.refund(first, 4), "a later grant sits above it");
+    assert_eq!(l.shared_tat(), 7 * T);
+    assert!(l.refund(second, 3));
+    assert_eq!(l.shared_tat(), 4 * T);
+}
+
+#[test]
+fn a_denial_reports_the_exact_wait_for_its_cost() {
+    let l = limiter(10, 1, LeaseSize::Fixed(4));
+    assert!(l.check_on_stripe(0, 0, 10).unwrap().is_allowed());
+    let denied = l.check_on_stripe(0, 0, 3).unwrap();
+    assert_eq!(denied.retry_after(), Some(Duration::from_nanos(3 * T)));
+    assert_eq!(denied.reset_after(), Duration::from_nanos(10 * T));
+}
+
+#[test]
+fn the_limiter_reads_its_clock() {
+    let clock = ManualClock::starting_at(5 * T);
+    let quota = Quota::per_second(10).unwrap().with_burst(1).unwrap();
+    let l = StripedLimiter::with_config(quota, StripedConfig::default().stripes(1), clock.clone())
+        .unwrap();
+    assert_eq!(l.now(), 5 * T);
+    assert!(l.check().is_allowed());
+    assert_eq!(l.shared_tat(), 6 * T, "admitted at the clock's 5 T");
+    assert!(!l.check().is_allowed());
+    clock.advance(Duration::from_nanos(T));
+    assert!(l.check().is_allowed());
+}
