@@ -195,19 +195,10 @@ async fn on_redis(dom: &Domain, descriptors: &[(Vec<(&str, &str)>, u64)]) -> Ans
         });
         hints.push(outcome.next_unit);
     }
-    let ok = statuses.iter().all(Verdict::is_ok);
-    let fields = deciding(&statuses, ok).and_then(|i| match statuses[i] {
-        Verdict::Decided(d) => dom
-            .fields
-            .for_rule(d.rule?, d.quota?, &d.decision, hints[i]),
-        Verdict::CostTooLarge(_) => None,
-    });
-    Answer {
-        statuses,
-        ok,
-        fields,
-        metrics: Arc::clone(&dom.metrics),
-    }
+    answer(dom, statuses, |i, d| {
+        dom.fields
+            .for_rule(d.rule?, d.quota?, &d.decision, hints[i])
+    })
 }
 
 /// An embedded domain's answer: every descriptor through the policy at one clock reading.
@@ -221,12 +212,22 @@ fn embedded(dom: &Domain, descriptors: &[(Vec<(&str, &str)>, u64)]) -> Answer {
         };
         statuses.push(verdict);
     }
+    answer(dom, statuses, |i, d| {
+        dom.fields
+            .for_decision(&dom.policy, d, &descriptors[i].0, now)
+    })
+}
+
+/// The answer over every descriptor's verdict, with the fields of the [`deciding`] one, which
+/// `fields` makes (the embedded and Redis paths know `t` in different ways).
+fn answer(
+    dom: &Domain,
+    statuses: Vec<Verdict>,
+    fields: impl FnOnce(usize, &PolicyDecision) -> Option<FieldValues>,
+) -> Answer {
     let ok = statuses.iter().all(Verdict::is_ok);
-    let deciding = deciding(&statuses, ok);
-    let fields = deciding.and_then(|i| match statuses[i] {
-        Verdict::Decided(d) => dom
-            .fields
-            .for_decision(&dom.policy, &d, &descriptors[i].0, now),
+    let fields = deciding(&statuses, ok).and_then(|i| match &statuses[i] {
+        Verdict::Decided(d) => fields(i, d),
         Verdict::CostTooLarge(_) => None,
     });
     Answer {
