@@ -97,15 +97,6 @@ impl Local {
                 self.reset_at.saturating_sub(now),
             ));
         }
-        if cost == 0 {
-            // Asking for nothing is answered locally: what the live lease still holds.
-            let held = if now < self.lease_until {
-                self.tokens
-            } else {
-                0
-            };
-            return Some(Decision::allowed(held, self.reset_at.saturating_sub(now)));
-        }
         if now < self.lease_until && self.tokens >= cost {
             self.tokens -= cost;
             self.stats.admitted += cost;
