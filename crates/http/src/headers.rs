@@ -52,8 +52,6 @@ pub static X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-
 
 const Q: &KeyRef = KeyRef::constant("q");
 const W: &KeyRef = KeyRef::constant("w");
-const R: &KeyRef = KeyRef::constant("r");
-const T: &KeyRef = KeyRef::constant("t");
 
 /// Which informational fields a response carries. `Retry-After` is always sent on a 429.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -98,14 +96,14 @@ impl std::error::Error for PolicyNameError {}
 
 /// A policy's fixed header material, built once.
 ///
-/// The two fixed values live in one string leaked for the life of the process (tens of bytes per
-/// policy built), so every response shares them as static bytes: cloning them per response touches
-/// no reference count that all cores would contend on.
+/// The fixed values live in strings leaked for the life of the process (tens of bytes per policy
+/// built), so every response shares them as static bytes: cloning them per response touches no
+/// reference count that all cores would contend on, and the `RateLimit` value starts with a copy of
+/// the name's serialised bytes instead of serialising the name again.
 #[derive(Clone, Debug)]
 pub(crate) struct PolicyHeaders {
-    name: String,
-    /// Length of the serialised name (`"name"` with escapes), for sizing `RateLimit` values exactly.
-    name_len: usize,
+    /// The serialised name (`"name"` with escapes): the start of both fields' text.
+    name: &'static [u8],
     /// `"name";q=..;w=..`
     pub(crate) policy: HeaderValue,
     /// `q` (for `X-RateLimit-Limit`).
@@ -114,7 +112,11 @@ pub(crate) struct PolicyHeaders {
 
 /// A header value over bytes that live for the rest of the process.
 fn leaked(text: String) -> Option<HeaderValue> {
-    let text: &'static str = Box::leak(text.into_boxed_str());
+    static_value(Box::leak(text.into_boxed_str()))
+}
+
+/// A header value over static text, `None` when the text is not a valid value.
+fn static_value(text: &'static str) -> Option<HeaderValue> {
     HeaderValue::from_maybe_shared(Bytes::from_static(text.as_bytes())).ok()
 }
 
@@ -194,34 +196,39 @@ impl PolicyHeaders {
         let sf_name = StringRef::from_str(name).map_err(|_| err())?;
         let name_len = ItemSerializer::new().bare_item(sf_name).finish().len();
         let (q, w) = quota_window(quota);
-        let policy = ItemSerializer::new()
-            .bare_item(sf_name)
-            .parameter(Q, sf_int(q))
-            .parameter(W, sf_int(w))
-            .finish();
+        let policy: &'static str = Box::leak(
+            ItemSerializer::new()
+                .bare_item(sf_name)
+                .parameter(Q, sf_int(q))
+                .parameter(W, sf_int(w))
+                .finish()
+                .into_boxed_str(),
+        );
         Ok(PolicyHeaders {
-            name: name.to_owned(),
-            name_len,
-            policy: leaked(policy).ok_or_else(err)?,
+            name: policy.as_bytes().get(..name_len).ok_or_else(err)?,
+            policy: static_value(policy).ok_or_else(err)?,
             limit: leaked(q.to_string()).unwrap_or_else(|| HeaderValue::from(q)),
         })
     }
 
-    /// `"name";r=..;t=..` for one response: one allocation, sized exactly.
+    /// `"name";r=..;t=..` for one response: one allocation, sized exactly. The text is what `sfv`
+    /// serialises (the name as `new` serialised it, then two integer parameters), written directly:
+    /// serialising the name again per response was most of this field's cost.
     pub(crate) fn ratelimit(&self, remaining: u64, t: u64) -> HeaderValue {
-        let (r, t) = (remaining.min(SF_INT_MAX), t.min(SF_INT_MAX));
-        // `;r=` and `;t=` are 3 bytes each. A wrong estimate would cost only a reallocation.
-        let len = self.name_len + 6 + digits(r) + digits(t);
-        let mut out = String::with_capacity(len);
-        // The name was validated in `new`; a failure here cannot happen, and would only drop the
-        // field (never panic).
-        if let Ok(name) = StringRef::from_str(&self.name) {
-            let _ = ItemSerializer::with_buffer(&mut out)
-                .bare_item(name)
-                .parameter(R, sf_int(r))
-                .parameter(T, sf_int(t));
-        }
-        HeaderValue::try_from(out).unwrap_or_else(|_| HeaderValue::from_static(""))
+        let (mut r_text, mut t_text) = (itoa::Buffer::new(), itoa::Buffer::new());
+        let r = r_text.format(remaining.min(SF_INT_MAX)).as_bytes();
+        let t = t_text.format(t.min(SF_INT_MAX)).as_bytes();
+        // `;r=` and `;t=` are 3 bytes each.
+        let mut out = Vec::with_capacity(self.name.len() + 6 + r.len() + t.len());
+        out.extend_from_slice(self.name);
+        out.extend_from_slice(b";r=");
+        out.extend_from_slice(r);
+        out.extend_from_slice(b";t=");
+        out.extend_from_slice(t);
+        // Every byte is a validated name's or a digit; a failure cannot happen, and would only drop
+        // the field (never panic).
+        HeaderValue::from_maybe_shared(Bytes::from(out))
+            .unwrap_or_else(|_| HeaderValue::from_static(""))
     }
 }
 
@@ -354,12 +361,20 @@ mod tests {
     }
 
     #[test]
-    fn ratelimit_values_are_sized_exactly() {
-        let h = PolicyHeaders::new(r#"q"uo\te"#, &Quota::per_minute(100).unwrap()).unwrap();
-        for (r, t) in [(0, 0), (7, 60), (123_456, 1), (u64::MAX, u64::MAX)] {
-            let value = h.ratelimit(r, t);
-            let expected = h.name_len + 6 + digits(r.min(SF_INT_MAX)) + digits(t.min(SF_INT_MAX));
-            assert_eq!(value.len(), expected, "{value:?}");
+    fn ratelimit_values_are_what_sfv_serialises() {
+        const R: &KeyRef = KeyRef::constant("r");
+        const T: &KeyRef = KeyRef::constant("t");
+        for name in ["api", r#"q"uo\te"#, "", "a b;c=d"] {
+            let h = PolicyHeaders::new(name, &Quota::per_minute(100).unwrap()).unwrap();
+            for (r, t) in [(0, 0), (7, 60), (123_456, 1), (u64::MAX, u64::MAX)] {
+                let value = h.ratelimit(r, t);
+                let expected = ItemSerializer::new()
+                    .bare_item(StringRef::from_str(name).unwrap())
+                    .parameter(R, sf_int(r))
+                    .parameter(T, sf_int(t))
+                    .finish();
+                assert_eq!(value, expected.as_str(), "{name:?} r={r} t={t}");
+            }
         }
     }
 }

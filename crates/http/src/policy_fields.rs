@@ -3,12 +3,16 @@
 //! same `RateLimit`, `RateLimit-Policy` and `Retry-After` values to Envoy to add to its responses.
 //! The field syntax lives in [`crate::headers`] only.
 
+use std::cell::Cell;
 use std::collections::HashMap;
-use std::sync::RwLock;
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
 
 use http::HeaderValue;
-use tollgate_core::{Clock, Decision, Nanos, Quota};
-use tollgate_policy::{Descriptors, Policy, PolicyDecision};
+use tollgate_core::{Decision, Quota};
+#[cfg(doc)]
+use tollgate_policy::Policy;
+use tollgate_policy::PolicyDecision;
 
 use crate::headers::{self, PolicyHeaders};
 
@@ -27,46 +31,56 @@ pub struct FieldValues {
     pub service_limit: (u64, u64),
 }
 
-/// Builds [`FieldValues`] for [`Policy`] decisions. The fixed part of each `(rule, quota)` pair is
-/// serialised once and kept (a few tens of bytes per pair, for the life of the process: a config's
-/// rules and overrides bound the pairs).
+/// Builds [`FieldValues`] for [`Policy`] decisions.
+///
+/// The fixed part of each `(rule, quota)` pair is serialised once per process and kept for its
+/// life (a few tens of bytes per pair: a config's rules and override quotas bound the pairs, and a
+/// reload that changes a quota adds one). Each thread keeps the pairs it used last in a small
+/// direct-mapped table, so a response's fields cost no lock, no shared write and no hashing of the
+/// rule's name: a profile of the Pingora integration found the shared map's lock, its SipHash and
+/// the copied name string on every request.
 #[derive(Debug, Default)]
 pub struct PolicyFields {
-    made: RwLock<HashMap<(&'static str, Quota), PolicyHeaders>>,
+    _private: (),
 }
 
 impl PolicyFields {
-    /// An empty cache.
+    /// A builder (the cache behind it is process-wide).
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// The fields for `decided`, which `policy` returned for `descriptors` at `now`; `None` when no
-    /// enforcing rule decided (nothing to advertise) or the rule's name is not a structured-field
-    /// string. Costs one read-only peek of the deciding rule on allowed decisions (for `t`).
-    pub fn for_decision<C: Clock + Clone + 'static>(
+    /// The fields for `decided`, which [`Policy::check_next_at`] returned with `next_unit`; `None`
+    /// when no enforcing rule decided (nothing to advertise) or the rule's name is not a
+    /// structured-field string.
+    ///
+    /// ```
+    /// use tollgate_core::ManualClock;
+    /// use tollgate_http::PolicyFields;
+    /// use tollgate_policy::{Policy, PolicyConfig};
+    /// let config = PolicyConfig::from_toml(r#"
+    ///     [[rules]]
+    ///     name = "per_client"
+    ///     match = { remote_address = "any" }
+    ///     key = ["remote_address"]
+    ///     capacity = 1024
+    ///     limit = 10
+    ///     period = "60s"
+    /// "#)?;
+    /// let policy = Policy::with_clock(config, ManualClock::new())?;
+    /// let (decided, next) = policy.check_next_at(&[("remote_address", "192.0.2.1")], policy.now(), 1)?;
+    /// let f = PolicyFields::new().for_decision(&decided, next).unwrap();
+    /// assert_eq!(f.ratelimit_policy, "\"per_client\";q=10;w=60");
+    /// assert_eq!(f.ratelimit, "\"per_client\";r=9;t=6", "9 left, a tenth in 6 s");
+    /// assert!(f.retry_after.is_none());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn for_decision(
         &self,
-        policy: &Policy<C>,
         decided: &PolicyDecision,
-        descriptors: &Descriptors<'_>,
-        now: Nanos,
+        next_unit: Option<Duration>,
     ) -> Option<FieldValues> {
-        let (rule, quota) = (decided.rule?, decided.quota?);
-        let made = self.headers(rule, quota)?;
-        let (r, t) = service_limit(policy, decided, rule, descriptors, now);
-        let retry_after = match decided.decision {
-            Decision::Denied { retry_after, .. } => {
-                Some(headers::number(headers::retry_secs(retry_after)))
-            }
-            Decision::Allowed { .. } => None,
-        };
-        Some(FieldValues {
-            ratelimit_policy: made.policy.clone(),
-            ratelimit: made.ratelimit(r, t),
-            retry_after,
-            limit: made.limit.clone(),
-            service_limit: (r, t),
-        })
+        self.for_rule(decided.rule?, decided.quota?, &decided.decision, next_unit)
     }
 
     /// The fields for a decision that `rule` under `quota` made outside a [`Policy`] (for example
@@ -96,68 +110,104 @@ impl PolicyFields {
         rule: &'static str,
         quota: Quota,
         decision: &Decision,
-        next_unit: Option<std::time::Duration>,
+        next_unit: Option<Duration>,
     ) -> Option<FieldValues> {
         let made = self.headers(rule, quota)?;
-        let (r, t, retry_after) = match *decision {
-            Decision::Denied { retry_after, .. } => {
-                let secs = headers::retry_secs(retry_after);
-                (0, secs, Some(headers::number(secs)))
-            }
-            Decision::Allowed { remaining, .. } => {
-                let t = next_unit.map_or(0, headers::ceil_secs);
-                (remaining, if remaining == 0 { t.max(1) } else { t }, None)
-            }
-        };
+        let (r, t, retry_after) = service_limit(decision, next_unit);
         Some(FieldValues {
             ratelimit_policy: made.policy.clone(),
             ratelimit: made.ratelimit(r, t),
-            retry_after,
+            retry_after: retry_after.map(headers::number),
             limit: made.limit.clone(),
             service_limit: (r, t),
         })
     }
 
-    /// The field text for `rule` under `quota`, made once per pair.
-    pub(crate) fn headers(&self, rule: &'static str, quota: Quota) -> Option<PolicyHeaders> {
-        if let Some(found) = self
-            .made
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&(rule, quota))
-        {
-            return Some(found.clone());
+    /// The field text for `rule` under `quota`, made once per pair and process.
+    pub(crate) fn headers(
+        &self,
+        rule: &'static str,
+        quota: Quota,
+    ) -> Option<&'static PolicyHeaders> {
+        let slot = Recent::slot(rule, &quota);
+        // `try_with`: during thread teardown the table is gone; the shared map still answers.
+        if let Ok(Some(made)) = RECENT.try_with(|recent| {
+            let entry = recent[slot].get()?;
+            entry.is(rule, &quota).then_some(entry.made)
+        }) {
+            return made;
         }
-        // Rule names come from a validated config; one that is not a valid field name gets no fields.
-        let made = PolicyHeaders::new(rule, &quota).ok()?;
-        self.made
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert((rule, quota), made.clone());
-        Some(made)
+        let made = made_once(rule, quota);
+        let _ = RECENT.try_with(|recent| recent[slot].set(Some(Recent { rule, quota, made })));
+        made
     }
 }
 
-/// `(r, t)` for the deciding rule (see [`crate::headers`]): `t` is the wait until more than `r`
-/// units pass that rule.
-pub(crate) fn service_limit<C: Clock + Clone + 'static>(
-    policy: &Policy<C>,
-    decided: &PolicyDecision,
-    rule: &'static str,
-    descriptors: &Descriptors<'_>,
-    now: Nanos,
-) -> (u64, u64) {
-    match decided.decision {
-        Decision::Denied { retry_after, .. } => (0, headers::retry_secs(retry_after)),
-        Decision::Allowed { remaining, .. } => {
-            let t = match remaining
-                .checked_add(1)
-                .and_then(|more| policy.peek_rule_at(rule, descriptors, now, more))
-            {
-                Some(Ok(Decision::Denied { retry_after, .. })) => headers::ceil_secs(retry_after),
-                _ => 0,
-            };
-            (remaining, if remaining == 0 { t.max(1) } else { t })
+/// `(r, t)` and `Retry-After` for `decision` (see [`crate::headers`]): `next_unit` is the wait
+/// until more than `remaining` units pass, on admissions.
+pub(crate) fn service_limit(
+    decision: &Decision,
+    next_unit: Option<Duration>,
+) -> (u64, u64, Option<u64>) {
+    match *decision {
+        Decision::Denied { retry_after, .. } => {
+            let secs = headers::retry_secs(retry_after);
+            (0, secs, Some(secs))
         }
+        Decision::Allowed { remaining, .. } => {
+            let t = next_unit.map_or(0, headers::ceil_secs);
+            (remaining, if remaining == 0 { t.max(1) } else { t }, None)
+        }
+    }
+}
+
+/// Every `(rule, quota)` pair's fields, made once per process (`None`: not a valid name).
+fn made_once(rule: &'static str, quota: Quota) -> Option<&'static PolicyHeaders> {
+    type Made = HashMap<(&'static str, Quota), Option<&'static PolicyHeaders>>;
+    static MADE: OnceLock<Mutex<Made>> = OnceLock::new();
+    let mut made = MADE
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    *made.entry((rule, quota)).or_insert_with(|| {
+        // Rule names come from a validated config; one that is not a valid field name gets no
+        // fields.
+        PolicyHeaders::new(rule, &quota)
+            .ok()
+            .map(|h| &*Box::leak(Box::new(h)))
+    })
+}
+
+/// Slots in each thread's table of recently used pairs: more than a config's rules usually are.
+const RECENT_SLOTS: usize = 16;
+
+thread_local! {
+    static RECENT: [Cell<Option<Recent>>; RECENT_SLOTS] = const { [const { Cell::new(None) }; RECENT_SLOTS] };
+}
+
+/// One pair in a thread's table: the rule by its `'static` text's address and length (two names
+/// at one address with one length are the same text, as `'static` text is never freed).
+#[derive(Clone, Copy)]
+struct Recent {
+    rule: &'static str,
+    quota: Quota,
+    made: Option<&'static PolicyHeaders>,
+}
+
+impl Recent {
+    #[inline]
+    fn is(&self, rule: &'static str, quota: &Quota) -> bool {
+        std::ptr::eq(self.rule, rule) && self.quota == *quota
+    }
+
+    /// The pair's slot: a multiplicative hash of the name's address and the quota's numbers.
+    #[inline]
+    fn slot(rule: &'static str, quota: &Quota) -> usize {
+        let mixed = (rule.as_ptr() as u64)
+            ^ (rule.len() as u64).rotate_left(48)
+            ^ quota.limit().rotate_left(24)
+            ^ quota.period_nanos()
+            ^ quota.burst().rotate_left(40);
+        (mixed.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - RECENT_SLOTS.trailing_zeros())) as usize
     }
 }

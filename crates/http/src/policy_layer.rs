@@ -305,19 +305,8 @@ impl AddrText {
 
 impl<C: Clock + Clone + 'static, Cf> Config<C, Cf> {
     /// The field text for `rule` under `quota`, made once per pair.
-    fn policy_headers(&self, rule: &'static str, quota: Quota) -> Option<PolicyHeaders> {
+    fn policy_headers(&self, rule: &'static str, quota: Quota) -> Option<&'static PolicyHeaders> {
         self.fields.headers(rule, quota)
-    }
-
-    /// `(r, t)` for the deciding rule (see [`crate::headers`]).
-    fn service_limit(
-        &self,
-        decided: &PolicyDecision,
-        rule: &'static str,
-        descriptors: &[(&str, &str)],
-        now: tollgate_core::Nanos,
-    ) -> (u64, u64) {
-        crate::policy_fields::service_limit(&self.policy, decided, rule, descriptors, now)
     }
 }
 
@@ -442,8 +431,19 @@ where
         let descriptors = &descriptors[..len];
         let cost = config.cost.cost(&head);
         let now = config.policy.now();
-        let decided = match config.policy.check_at(descriptors, now, cost) {
-            Ok(decided) => decided,
+        let mode = config.mode;
+        // `t` on an admission needs a look at the deciding rule; skip it when no field says it.
+        let fields_on_allowed = mode.on_allowed && (mode.ietf || mode.legacy);
+        let checked = if fields_on_allowed {
+            config.policy.check_next_at(descriptors, now, cost)
+        } else {
+            config
+                .policy
+                .check_at(descriptors, now, cost)
+                .map(|decided| (decided, None))
+        };
+        let (decided, next_unit) = match checked {
+            Ok(checked) => checked,
             Err(_) => {
                 return ready(json_response(
                     config.cost_error_status,
@@ -451,24 +451,22 @@ where
                 ));
             }
         };
-        let mode = config.mode;
         let fields_for = |decided: &PolicyDecision| {
             let (rule, quota) = (decided.rule?, decided.quota?);
             let headers = config.policy_headers(rule, quota)?;
-            let limit = config.service_limit(decided, rule, descriptors, now);
-            Some((headers, limit))
+            let (r, t, _) = crate::policy_fields::service_limit(&decided.decision, next_unit);
+            Some((headers, (r, t)))
         };
         if !decided.is_allowed() {
             let fields = (mode.ietf || mode.legacy)
                 .then(|| fields_for(&decided))
                 .flatten();
-            let limit = fields.as_ref().map(|(headers, limit)| (headers, *limit));
-            return ready(denial(mode, &decided.decision, limit));
+            return ready(denial(mode, &decided.decision, fields));
         }
-        let fields = (mode.on_allowed && (mode.ietf || mode.legacy))
+        let fields = fields_on_allowed
             .then(|| fields_for(&decided))
             .flatten()
-            .map(|(policy_headers, limit)| Fields::new(mode, &policy_headers, limit));
+            .map(|(policy_headers, limit)| Fields::new(mode, policy_headers, limit));
         if decided.delay.is_zero() {
             return PolicyResponseFuture {
                 state: State::Inner {

@@ -402,7 +402,47 @@ impl<C: Clock + Clone + 'static> Policy<C> {
         cost: u64,
     ) -> Result<PolicyDecision, PolicyError> {
         let set = self.current.load();
-        self.decide(&set, descriptors, now, cost, None)
+        self.decide(&set, descriptors, now, cost, None, false)
+            .map(|(decided, _)| decided)
+    }
+
+    /// [`check_at`](Self::check_at), also saying how long until more than the decision's
+    /// `remaining` units would pass the deciding rule: the `RateLimit` field's `t`, which HTTP
+    /// callers need on every response. On a denial that is its `retry_after`; on an admission it is
+    /// a read-only look at the deciding rule's state right after the check (what
+    /// [`peek_rule_at`](Self::peek_rule_at) of `remaining + 1` answers, without resolving the
+    /// descriptors and loading the rule set a second time). `None` when no enforcing rule decided,
+    /// when `remaining + 1` would be admitted already, or when that many could never be.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate_core::ManualClock;
+    /// use tollgate_policy::{Policy, PolicyConfig};
+    /// let config = PolicyConfig::from_toml(r#"
+    ///     [[rules]]
+    ///     name = "global"
+    ///     limit = 2
+    ///     period = "1s"
+    /// "#)?;
+    /// let policy = Policy::with_clock(config, ManualClock::new())?;
+    /// let now = policy.now();
+    /// let (decided, next) = policy.check_next_at(&[], now, 1)?;
+    /// assert_eq!(decided.decision.remaining(), 1);
+    /// assert_eq!(next, Some(Duration::from_millis(500)), "a second unit is there, a third in 0.5 s");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`check`](Self::check).
+    #[inline]
+    pub fn check_next_at(
+        &self,
+        descriptors: &Descriptors<'_>,
+        now: Nanos,
+        cost: u64,
+    ) -> Result<(PolicyDecision, Option<Duration>), PolicyError> {
+        let set = self.current.load();
+        self.decide(&set, descriptors, now, cost, None, true)
     }
 
     /// [`check`](Self::check), also writing each applicable rule's own outcome into `outcomes`
@@ -418,7 +458,15 @@ impl<C: Clock + Clone + 'static> Policy<C> {
     ) -> Result<PolicyDecision, PolicyError> {
         outcomes.clear();
         let set = self.current.load();
-        self.decide(&set, descriptors, self.clock.now(), cost, Some(outcomes))
+        self.decide(
+            &set,
+            descriptors,
+            self.clock.now(),
+            cost,
+            Some(outcomes),
+            false,
+        )
+        .map(|(decided, _)| decided)
     }
 
     /// [`check_detailed`](Self::check_detailed) at an explicit time.
@@ -434,7 +482,8 @@ impl<C: Clock + Clone + 'static> Policy<C> {
     ) -> Result<PolicyDecision, PolicyError> {
         outcomes.clear();
         let set = self.current.load();
-        self.decide(&set, descriptors, now, cost, Some(outcomes))
+        self.decide(&set, descriptors, now, cost, Some(outcomes), false)
+            .map(|(decided, _)| decided)
     }
 
     /// The rules that apply to a request with these descriptors, in evaluation order, written into
@@ -580,7 +629,8 @@ impl<C: Clock + Clone + 'static> Policy<C> {
         now: Nanos,
         cost: u64,
         mut outcomes: Option<&mut Vec<RuleOutcome>>,
-    ) -> Result<PolicyDecision, PolicyError> {
+        want_next: bool,
+    ) -> Result<(PolicyDecision, Option<Duration>), PolicyError> {
         let values = set.resolve(descriptors);
         // Relaxed: see `set_dry_run`.
         let dry = set.dry_run || self.dry_run.load(Ordering::Relaxed);
@@ -690,22 +740,34 @@ impl<C: Clock + Clone + 'static> Policy<C> {
                 Duration::ZERO,
             ),
         };
-        let (rule, quota) = match deciding {
+        let (rule, quota, next) = match deciding {
             Some(i) => {
                 let rule = &set.rules[i];
                 let mut buf = KeyBuf::new();
-                let quota = rule.key(&values, &mut buf).map(|key| rule.quota_for(key));
-                (Some(rule.name), quota)
+                let key = rule.key(&values, &mut buf);
+                let quota = key.map(|key| rule.quota_for(key));
+                let next = match decision {
+                    Decision::Denied { retry_after, .. } => Some(retry_after),
+                    Decision::Allowed { remaining, .. } if want_next => key
+                        .zip(remaining.checked_add(1))
+                        .and_then(|(key, more)| rule.limiter.peek(key, now, more).ok())
+                        .and_then(|peeked| peeked.retry_after()),
+                    Decision::Allowed { .. } => None,
+                };
+                (Some(rule.name), quota, next)
             }
-            None => (None, None),
+            None => (None, None, None),
         };
-        Ok(PolicyDecision {
-            decision,
-            rule,
-            quota,
-            delay,
-            shadow_denied,
-        })
+        Ok((
+            PolicyDecision {
+                decision,
+                rule,
+                quota,
+                delay,
+                shadow_denied,
+            },
+            next,
+        ))
     }
 }
 

@@ -681,3 +681,33 @@ fn applicable_lists_matching_rules_with_keys_and_override_quotas_and_consumes_no
     assert_eq!(rules[0].2.len(), 1);
     assert_eq!(rules[1].0, tollgate_policy::AlgorithmKind::FixedWindow);
 }
+
+#[test]
+fn check_next_says_what_a_peek_of_the_deciding_rule_says() {
+    let p = policy(TWO_RULES);
+    let now = p.now();
+    let post = [
+        ("remote_address", "a"),
+        ("route", "/api/x"),
+        ("method", "POST"),
+    ];
+    // per_ip (2/s) is the tighter rule: after one admission 1 is left, a second unit in 0.5 s.
+    let (first, next) = p.check_next_at(&post, now, 1).unwrap();
+    assert_eq!(first.rule, Some("per_ip"));
+    assert_eq!(first.decision.remaining(), 1);
+    assert_eq!(next, Some(Duration::from_millis(500)));
+    let peeked = p.peek_rule_at("per_ip", &post, now, 2).unwrap().unwrap();
+    assert_eq!(next, peeked.retry_after());
+    // Nothing left: the next unit in 0.5 s still; then a denial says its own wait.
+    let (_, next) = p.check_next_at(&post, now, 1).unwrap();
+    assert_eq!(next, Some(Duration::from_millis(500)));
+    let (denied, next) = p.check_next_at(&post, now, 1).unwrap();
+    assert!(!denied.is_allowed());
+    assert_eq!(next, denied.decision.retry_after());
+    // No rule applies: nothing to say.
+    let (none, next) = p.check_next_at(&[("route", "/")], now, 1).unwrap();
+    assert_eq!((none.rule, next), (None, None));
+    // A zero cost leaves the whole quota: no more can become available.
+    let (zero, next) = p.check_next_at(&[("remote_address", "b")], now, 0).unwrap();
+    assert_eq!((zero.decision.remaining(), next), (2, None));
+}

@@ -205,17 +205,21 @@ async fn on_redis(dom: &Domain, descriptors: &[(Vec<(&str, &str)>, u64)]) -> Ans
 fn embedded(dom: &Domain, descriptors: &[(Vec<(&str, &str)>, u64)]) -> Answer {
     let now = dom.policy.now();
     let mut statuses = Vec::with_capacity(descriptors.len());
+    let mut hints = Vec::with_capacity(descriptors.len());
     for (entries, cost) in descriptors {
-        let verdict = match dom.policy.check_at(entries, now, (*cost).max(1)) {
-            Ok(d) => Verdict::Decided(d),
-            Err(e) => Verdict::CostTooLarge(e),
+        let verdict = match dom.policy.check_next_at(entries, now, (*cost).max(1)) {
+            Ok((d, next)) => {
+                hints.push(next);
+                Verdict::Decided(d)
+            }
+            Err(e) => {
+                hints.push(None);
+                Verdict::CostTooLarge(e)
+            }
         };
         statuses.push(verdict);
     }
-    answer(dom, statuses, |i, d| {
-        dom.fields
-            .for_decision(&dom.policy, d, &descriptors[i].0, now)
-    })
+    answer(dom, statuses, |i, d| dom.fields.for_decision(d, hints[i]))
 }
 
 /// The answer over every descriptor's verdict, with the fields of the [`deciding`] one, which
