@@ -1,7 +1,8 @@
 //! `tollgate-server load`: a closed-loop gRPC load client for `ShouldRateLimit`.
 //!
 //! `--streams N` tokio tasks each keep one unary call in flight (send, await the answer, send the
-//! next), spread round-robin over `--channels` HTTP/2 connections (tonic `Channel`s). One channel
+//! next), spread round-robin over `--channels` HTTP/2 connections (see [`ClientKind`] for the
+//! two ways calls are made). One channel
 //! funnels every call through a single connection and its buffer task, which a single core's worth
 //! of client work can saturate; a few channels let the client's runtime threads and the server's
 //! connection tasks run in parallel. The default is `min(streams, 4)`.
@@ -23,14 +24,18 @@
 
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use hdrhistogram::Histogram;
+use prost::Message as _;
 use serde::Serialize;
 use tonic::transport::{Channel, Endpoint};
 
@@ -77,6 +82,28 @@ pub struct LoadArgs {
     /// Another process whose CPU time over the window is reported (e.g. the redis-server).
     #[arg(long)]
     pub other_pid: Option<u32>,
+    /// How calls are made: `h2` (default) sends pre-encoded requests on `h2` connections directly,
+    /// `tonic` through tonic's generated client and `Channel`.
+    #[arg(long, value_enum, default_value_t = ClientKind::H2)]
+    pub client: ClientKind,
+}
+
+/// How the load client makes its calls.
+///
+/// The server's cost per call is what a run measures, so on a machine the two share the client
+/// should spend as little as it can: `h2` encodes each key's request once, before the run, and
+/// makes every call as one HTTP/2 stream on a shared connection (request headers, one DATA frame,
+/// then the response's DATA and trailers: `grpc-status` checked, the answer decoded with prost).
+/// `tonic` is the generated client over a `Channel` (a tower buffer task in front of hyper), what
+/// an application would write, and costs the client about as much CPU per call as the server
+/// spends (results/server).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClientKind {
+    /// `h2` connections, pre-encoded requests.
+    H2,
+    /// tonic's generated client.
+    Tonic,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -139,6 +166,8 @@ pub struct LoadReport {
     pub streams: usize,
     /// HTTP/2 connections.
     pub channels: usize,
+    /// How the calls were made.
+    pub client: ClientKind,
     /// Client runtime worker threads.
     pub threads: usize,
     /// Distinct key indices.
@@ -211,9 +240,10 @@ impl fmt::Display for LoadReport {
         let l = &self.latency_us;
         writeln!(
             f,
-            "{} domain={} streams={} channels={} threads={} keys={} window={:.1}s",
+            "{} domain={} client={:?} streams={} channels={} threads={} keys={} window={:.1}s",
             self.target,
             self.domain,
+            self.client,
             self.streams,
             self.channels,
             self.threads,
@@ -315,6 +345,238 @@ fn build_request(
     }
 }
 
+/// The gRPC method's path.
+const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+
+/// One connection's way of making a call, cloned into each task that uses the connection.
+#[derive(Clone)]
+enum Caller {
+    Tonic {
+        client: RateLimitServiceClient<Channel>,
+        domain: Arc<str>,
+        entries: Arc<[EntryTemplate]>,
+        hits: u32,
+    },
+    H2 {
+        send: h2::client::SendRequest<Bytes>,
+        uri: http::Uri,
+        /// Each key index's request, as a gRPC message frame.
+        frames: Arc<[Bytes]>,
+    },
+}
+
+impl Caller {
+    /// One call for key index `index`: the answer's `overall_code`, or what went wrong.
+    async fn call(&mut self, index: u64) -> Result<i32, String> {
+        match self {
+            Caller::Tonic {
+                client,
+                domain,
+                entries,
+                hits,
+            } => {
+                let request = build_request(domain, entries, *hits, index);
+                client
+                    .should_rate_limit(request)
+                    .await
+                    .map(|r| r.into_inner().overall_code)
+                    .map_err(|status| status.to_string())
+            }
+            Caller::H2 { send, uri, frames } => {
+                let frame = usize::try_from(index)
+                    .ok()
+                    .and_then(|i| frames.get(i))
+                    .cloned()
+                    .ok_or("no request for this key")?;
+                h2_call(send, uri, frame).await
+            }
+        }
+    }
+}
+
+/// One unary call as one HTTP/2 stream.
+async fn h2_call(
+    send: &mut h2::client::SendRequest<Bytes>,
+    uri: &http::Uri,
+    frame: Bytes,
+) -> Result<i32, String> {
+    let request = http::Request::builder()
+        .method(http::Method::POST)
+        .uri(uri.clone())
+        .header(http::header::CONTENT_TYPE, "application/grpc")
+        .header(http::header::TE, "trailers")
+        .body(())
+        .map_err(|e| e.to_string())?;
+    std::future::poll_fn(|cx| send.poll_ready(cx))
+        .await
+        .map_err(|e| e.to_string())?;
+    let (response, mut body) = send
+        .send_request(request, false)
+        .map_err(|e| e.to_string())?;
+    body.send_data(frame, true).map_err(|e| e.to_string())?;
+    let (head, mut recv) = response.await.map_err(|e| e.to_string())?.into_parts();
+    if !head.status.is_success() {
+        return Err(format!("HTTP status {}", head.status));
+    }
+    // A trailers-only answer (an error) carries grpc-status in the headers.
+    grpc_status(&head.headers)?;
+    let mut message = BytesMut::new();
+    while let Some(chunk) = recv.data().await {
+        let chunk = chunk.map_err(|e| e.to_string())?;
+        let _ = recv.flow_control().release_capacity(chunk.len());
+        message.extend_from_slice(&chunk);
+    }
+    let trailers = recv.trailers().await.map_err(|e| e.to_string())?;
+    match trailers {
+        Some(trailers) => grpc_status(&trailers)?,
+        None if head.headers.contains_key("grpc-status") => {}
+        None => return Err("no grpc-status".into()),
+    }
+    let body = message
+        .get(5..)
+        .filter(|_| message[0] == 0)
+        .ok_or("not one uncompressed gRPC message")?;
+    RateLimitResponse::decode(body)
+        .map(|r| r.overall_code)
+        .map_err(|e| format!("undecodable answer: {e}"))
+}
+
+/// `Err` with the status and message unless `grpc-status` is absent or 0.
+fn grpc_status(headers: &http::HeaderMap) -> Result<(), String> {
+    match headers.get("grpc-status").map(http::HeaderValue::as_bytes) {
+        None | Some(b"0") => Ok(()),
+        Some(code) => Err(format!(
+            "grpc-status {}: {}",
+            String::from_utf8_lossy(code),
+            headers
+                .get("grpc-message")
+                .map(|m| percent_decoded(m.as_bytes()))
+                .unwrap_or_default()
+        )),
+    }
+}
+
+/// `grpc-message` is percent-encoded (gRPC over HTTP/2); invalid escapes are kept as they are.
+fn percent_decoded(text: &[u8]) -> String {
+    let hex = |b: u8| char::from(b).to_digit(16);
+    let mut out = Vec::with_capacity(text.len());
+    let mut i = 0;
+    while i < text.len() {
+        let escaped = (text[i] == b'%')
+            .then(|| Some(hex(*text.get(i + 1)?)? * 16 + hex(*text.get(i + 2)?)?))
+            .flatten();
+        match escaped.and_then(|v| u8::try_from(v).ok()) {
+            Some(byte) => {
+                out.push(byte);
+                i += 3;
+            }
+            None => {
+                out.push(text[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `request` as a gRPC message frame: not compressed, the length, the message.
+fn grpc_frame(request: &RateLimitRequest) -> Result<Bytes, LoadError> {
+    let message = request.encode_to_vec();
+    let len =
+        u32::try_from(message.len()).map_err(|_| LoadError::Args("a request over 4 GiB".into()))?;
+    let mut frame = BytesMut::with_capacity(5 + message.len());
+    frame.extend_from_slice(&[0]);
+    frame.extend_from_slice(&len.to_be_bytes());
+    frame.extend_from_slice(&message);
+    Ok(frame.freeze())
+}
+
+/// `channels` connections to the target, each as a [`Caller`] of the kind asked for.
+async fn connect(
+    args: &LoadArgs,
+    channels: usize,
+    entries: &[EntryTemplate],
+) -> Result<Vec<Caller>, LoadError> {
+    let connect_error = |e: &dyn fmt::Display| LoadError::Connect(format!("{}: {e}", args.target));
+    let mut callers = Vec::with_capacity(channels);
+    match args.client {
+        ClientKind::Tonic => {
+            let endpoint = Endpoint::from_shared(args.target.clone())
+                .map_err(|e| LoadError::Args(format!("--target: {e}")))?
+                .tcp_nodelay(true)
+                .connect_timeout(Duration::from_secs(5));
+            let (domain, entries): (Arc<str>, Arc<[EntryTemplate]>) =
+                (args.domain.as_str().into(), entries.into());
+            for _ in 0..channels {
+                let channel: Channel = endpoint.connect().await.map_err(|e| connect_error(&e))?;
+                callers.push(Caller::Tonic {
+                    client: RateLimitServiceClient::new(channel),
+                    domain: Arc::clone(&domain),
+                    entries: Arc::clone(&entries),
+                    hits: args.hits,
+                });
+            }
+        }
+        ClientKind::H2 => {
+            let target: http::Uri = args
+                .target
+                .parse()
+                .map_err(|e| LoadError::Args(format!("--target: {e}")))?;
+            if target.scheme_str() != Some("http") {
+                return Err(LoadError::Args(
+                    "--target: the h2 client speaks plain http:// (no TLS)".into(),
+                ));
+            }
+            let authority = target
+                .authority()
+                .ok_or_else(|| LoadError::Args("--target has no host:port".into()))?
+                .clone();
+            let uri = http::Uri::builder()
+                .scheme("http")
+                .authority(authority.clone())
+                .path_and_query(SHOULD_RATE_LIMIT)
+                .build()
+                .map_err(|e| LoadError::Args(format!("--target: {e}")))?;
+            let frames: Arc<[Bytes]> = (0..args.keys)
+                .map(|i| grpc_frame(&build_request(&args.domain, entries, args.hits, i)))
+                .collect::<Result<_, _>>()?;
+            let addr = format!(
+                "{}:{}",
+                authority.host(),
+                authority.port_u16().unwrap_or(80)
+            );
+            for _ in 0..channels {
+                let tcp = tokio::time::timeout(
+                    Duration::from_secs(5),
+                    tokio::net::TcpStream::connect(&addr),
+                )
+                .await
+                .map_err(|e| connect_error(&e))?
+                .map_err(|e| connect_error(&e))?;
+                tcp.set_nodelay(true).map_err(|e| connect_error(&e))?;
+                // Windows large enough that flow control never holds a call back.
+                let (send, connection) = h2::client::Builder::new()
+                    .initial_window_size(1 << 20)
+                    .initial_connection_window_size(1 << 24)
+                    .handshake::<_, Bytes>(tcp)
+                    .await
+                    .map_err(|e| connect_error(&e))?;
+                tokio::spawn(async move {
+                    // Ends when every sender is dropped or the connection fails (calls then
+                    // report the error).
+                    let _ = connection.await;
+                });
+                callers.push(Caller::H2 {
+                    send,
+                    uri: uri.clone(),
+                    frames: Arc::clone(&frames),
+                });
+            }
+        }
+    }
+    Ok(callers)
+}
+
 /// One task's tallies.
 struct Tally {
     histogram: Histogram<u64>,
@@ -376,18 +638,7 @@ async fn drive(args: &LoadArgs, threads: usize) -> Result<LoadReport, LoadError>
     if channels == 0 {
         return Err(LoadError::Args("--channels must be at least 1".into()));
     }
-    let endpoint = Endpoint::from_shared(args.target.clone())
-        .map_err(|e| LoadError::Args(format!("--target: {e}")))?
-        .tcp_nodelay(true)
-        .connect_timeout(Duration::from_secs(5));
-    let mut clients = Vec::with_capacity(channels);
-    for _ in 0..channels {
-        let channel: Channel = endpoint
-            .connect()
-            .await
-            .map_err(|e| LoadError::Connect(format!("{}: {e}", args.target)))?;
-        clients.push(RateLimitServiceClient::new(channel));
-    }
+    let callers = connect(args, channels, &entries).await?;
 
     let start = Instant::now();
     let measure_from = start + args.warmup;
@@ -395,10 +646,8 @@ async fn drive(args: &LoadArgs, threads: usize) -> Result<LoadReport, LoadError>
     let streams = args.streams as u64;
     let mut tasks = Vec::with_capacity(args.streams);
     for task in 0..args.streams {
-        let mut client = clients[task % channels].clone();
-        let entries = entries.clone();
-        let domain = args.domain.clone();
-        let (hits, keys) = (args.hits, args.keys);
+        let mut caller = callers[task % channels].clone();
+        let keys = args.keys;
         let histogram = histogram()?;
         tasks.push(tokio::spawn(async move {
             let mut tally = Tally {
@@ -410,13 +659,13 @@ async fn drive(args: &LoadArgs, threads: usize) -> Result<LoadReport, LoadError>
             };
             let mut n = task as u64;
             loop {
-                let request = build_request(&domain, &entries, hits, n % keys);
+                let index = n % keys;
                 n = n.wrapping_add(streams);
                 let t0 = Instant::now();
                 if t0 >= end {
                     break;
                 }
-                let result = client.should_rate_limit(request).await;
+                let result = caller.call(index).await;
                 let t1 = Instant::now();
                 if t0 < measure_from || t1 > end {
                     continue;
@@ -424,7 +673,7 @@ async fn drive(args: &LoadArgs, threads: usize) -> Result<LoadReport, LoadError>
                 tally
                     .histogram
                     .saturating_record(u64::try_from((t1 - t0).as_nanos()).unwrap_or(u64::MAX));
-                match result.map(|r| r.into_inner().overall_code) {
+                match result {
                     Ok(c) if c == Code::Ok as i32 => tally.ok += 1,
                     Ok(c) if c == Code::OverLimit as i32 => tally.over_limit += 1,
                     Ok(c) => {
@@ -433,9 +682,9 @@ async fn drive(args: &LoadArgs, threads: usize) -> Result<LoadReport, LoadError>
                             .first_error
                             .get_or_insert_with(|| format!("overall_code {c}"));
                     }
-                    Err(status) => {
+                    Err(e) => {
                         tally.errors += 1;
-                        tally.first_error.get_or_insert_with(|| status.to_string());
+                        tally.first_error.get_or_insert(e);
                     }
                 }
             }
@@ -479,6 +728,7 @@ async fn drive(args: &LoadArgs, threads: usize) -> Result<LoadReport, LoadError>
         domain: args.domain.clone(),
         streams: args.streams,
         channels,
+        client: args.client,
         threads,
         keys: args.keys,
         descriptor: if args.descriptor.is_empty() {
@@ -517,6 +767,17 @@ async fn drive(args: &LoadArgs, threads: usize) -> Result<LoadReport, LoadError>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn grpc_messages_are_percent_decoded() {
+        assert_eq!(
+            percent_decoded(b"unknown%20domain%20%60nope%60"),
+            "unknown domain `nope`"
+        );
+        assert_eq!(percent_decoded(b"100%"), "100%");
+        assert_eq!(percent_decoded(b"%zz%4"), "%zz%4");
+        assert_eq!(percent_decoded(b"%C3%A9"), "\u{e9}");
+    }
 
     #[test]
     fn descriptor_templates_substitute_the_key_index() {

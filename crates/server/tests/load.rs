@@ -96,30 +96,45 @@ fn load_subcommand_reports_calls_codes_and_errors() {
         assert!(r[who]["cores"].as_f64().is_some(), "{who} in {r}");
     }
 
-    // 5 per hour for the whole domain, spent in the warm-up: the window is all OVER_LIMIT.
-    let r = load(
-        &server,
-        &dir.join("tight.json"),
-        &["--domain", "tight", "--descriptor", "route=/x"],
-    );
-    let calls = count(&r, "calls");
-    assert!(calls > 0, "{r}");
-    assert_eq!(count(&r, "errors"), 0, "{r}");
-    assert!(count(&r, "ok") <= 5, "{r}");
-    assert_eq!(count(&r, "ok") + count(&r, "over_limit"), calls, "{r}");
-    assert!(count(&r, "over_limit") > 0, "{r}");
+    // Both clients (h2, the default, and tonic's) read the codes and the errors alike.
+    for client in ["h2", "tonic"] {
+        // 5 per hour for the whole domain, spent in the warm-up: the window is all OVER_LIMIT.
+        let r = load(
+            &server,
+            &dir.join(format!("tight-{client}.json")),
+            &[
+                "--domain",
+                "tight",
+                "--descriptor",
+                &format!("route=/{client}"),
+                "--client",
+                client,
+            ],
+        );
+        assert_eq!(r["client"], client, "{r}");
+        let calls = count(&r, "calls");
+        assert!(calls > 0, "{r}");
+        assert_eq!(count(&r, "errors"), 0, "{r}");
+        assert!(count(&r, "ok") <= 5, "{r}");
+        assert_eq!(count(&r, "ok") + count(&r, "over_limit"), calls, "{r}");
+        assert!(count(&r, "over_limit") > 0, "{r}");
 
-    // An unknown domain: every call is a gRPC error, counted and named.
-    let r = load(&server, &dir.join("unknown.json"), &["--domain", "nope"]);
-    let calls = count(&r, "calls");
-    assert!(calls > 0, "{r}");
-    assert_eq!(count(&r, "errors"), calls, "{r}");
-    assert!(
-        r["first_error"]
-            .as_str()
-            .is_some_and(|e| e.contains("unknown domain")),
-        "{r}"
-    );
+        // An unknown domain: every call is a gRPC error, counted and named.
+        let r = load(
+            &server,
+            &dir.join(format!("unknown-{client}.json")),
+            &["--domain", "nope", "--client", client],
+        );
+        let calls = count(&r, "calls");
+        assert!(calls > 0, "{r}");
+        assert_eq!(count(&r, "errors"), calls, "{r}");
+        assert!(
+            r["first_error"]
+                .as_str()
+                .is_some_and(|e| e.contains("unknown domain")),
+            "{r}"
+        );
+    }
 }
 
 #[test]
