@@ -7,9 +7,12 @@
 #   addresses (default KEYS). Default rows: embedded redis_per_request redis_lease
 #   redis_lease:10000. A row whose config has REDIS_URL_PLACEHOLDER gets its own redis-server on
 #   a free loopback port (--save "", stopped by PID) whose URL replaces it in a copy of the config.
-# Env: DURATION (10s), WARMUP (2s), REPS (3), STREAMS ("1 64"), CHANNELS (4), THREADS (client
-#   runtime threads, 2), KEYS (100), OUT (results/server/raw), SERVER_BIN (the server binary;
-#   default the fresh build, which always runs the load client).
+# Env: DURATION (10s), WARMUP (2s), REPS (3), STREAMS ("1 64"), CHANNELS (2), THREADS (client
+#   runtime threads, 1), CLIENT (h2 | tonic: the load client's kind, h2), WORKERS (the server's
+#   runtime worker threads, 1; "" = one per core), KEYS (100), OUT (results/server/raw),
+#   SERVER_BIN (the server binary; default the fresh build, which always runs the load client).
+#   The defaults give the server one core's worth of threads and the client the other: on 2
+#   shared cores more threads than cores only add context switches (results/server/README.md).
 #
 # The release build runs first, niced and outside the lock; each load run holds
 # /work/bench.lock (when that exists) so no other benchmark overlaps it. The server and the client
@@ -21,8 +24,10 @@ DURATION=${DURATION:-10s}
 WARMUP=${WARMUP:-2s}
 REPS=${REPS:-3}
 STREAMS=${STREAMS:-"1 64"}
-CHANNELS=${CHANNELS:-4}
-THREADS=${THREADS:-2}
+CHANNELS=${CHANNELS:-2}
+THREADS=${THREADS:-1}
+CLIENT=${CLIENT:-h2}
+WORKERS=${WORKERS-1}
 KEYS=${KEYS:-100}
 OUT=${OUT:-$here/raw}
 mkdir -p "$OUT"
@@ -43,7 +48,7 @@ free_port() {
 }
 
 {
-  echo "command: results/server/run.sh ${rows[*]} (DURATION=$DURATION WARMUP=$WARMUP REPS=$REPS STREAMS=\"$STREAMS\" CHANNELS=$CHANNELS THREADS=$THREADS KEYS=$KEYS)"
+  echo "command: results/server/run.sh ${rows[*]} (DURATION=$DURATION WARMUP=$WARMUP REPS=$REPS STREAMS=\"$STREAMS\" CHANNELS=$CHANNELS THREADS=$THREADS CLIENT=$CLIENT WORKERS=\"$WORKERS\" KEYS=$KEYS)"
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "commit: $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates || echo ' (+ uncommitted changes under crates/)')"
   echo "server binary: $server_bin ($(sha256sum "$server_bin" | cut -c1-12))"
@@ -85,7 +90,9 @@ for rep in $(seq "$REPS"); do
     # Truncated here, not by the child's redirection: that may happen after the read below, which
     # would then find the previous repetition's address.
     : > "$OUT/$row.server.out"
-    "$server_bin" --config "$run_config" >>"$OUT/$row.server.out" 2>"$OUT/$row.server.log" &
+    workers=()
+    [ -n "$WORKERS" ] && workers=(--workers "$WORKERS")
+    "$server_bin" --config "$run_config" "${workers[@]}" >>"$OUT/$row.server.out" 2>"$OUT/$row.server.log" &
     server_pid=$!
     grpc=""
     for _ in $(seq 100); do
@@ -98,7 +105,7 @@ for rep in $(seq "$REPS"); do
       json="$OUT/$row-s$streams-r$rep.json"
       echo "== $row streams=$streams rep=$rep (load $(cut -d' ' -f1 /proc/loadavg))"
       lock "$bin" load --target "http://$grpc" --domain edge --streams "$streams" \
-        --channels "$CHANNELS" --threads "$THREADS" --keys "$keys" --server-pid "$server_pid" \
+        --channels "$CHANNELS" --threads "$THREADS" --client "$CLIENT" --keys "$keys" --server-pid "$server_pid" \
         "${other[@]}" --warmup "$WARMUP" --duration "$DURATION" --json "$json"
     done
     grep VmRSS "/proc/$server_pid/status" > "$OUT/$row-r$rep.server-rss.txt" || true

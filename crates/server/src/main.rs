@@ -35,6 +35,10 @@ struct Cli {
     /// Log as JSON lines instead of text.
     #[arg(long)]
     log_json: bool,
+    /// Runtime worker threads (default: one per core). Fewer than the cores leaves the rest to
+    /// whatever shares the machine (a sidecar's proxy, a load client).
+    #[arg(long)]
+    workers: Option<std::num::NonZeroUsize>,
 }
 
 /// Tools of the same binary.
@@ -75,10 +79,11 @@ fn main() -> std::process::ExitCode {
     } else {
         builder.init();
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if let Some(workers) = cli.workers {
+        runtime.worker_threads(workers.get());
+    }
+    let runtime = match runtime.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("tollgate-server: cannot start the runtime: {e}");

@@ -150,3 +150,30 @@ fn serving_still_needs_a_config_and_load_rejects_bad_arguments() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("{key}"));
 }
+
+#[test]
+fn the_server_runs_on_the_workers_asked_for_and_refuses_zero() {
+    let bin = env!("CARGO_BIN_EXE_tollgate-server");
+    let out = Command::new(bin)
+        .args(["--config", "unused.toml", "--workers", "0"])
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--workers"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // One worker thread: the runtime's workers are named tokio-rt-worker (Linux /proc).
+    let dir = temp_dir("workers");
+    let server = Server::start_with_args(&dir, CONFIG, &["--workers", "1"]);
+    let task_names: Vec<String> = std::fs::read_dir(format!("/proc/{}/task", server.pid()))
+        .expect("tasks")
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .collect();
+    let workers = task_names
+        .iter()
+        .filter(|n| n.trim() == "tokio-rt-worker")
+        .count();
+    assert_eq!(workers, 1, "{task_names:?}");
+}

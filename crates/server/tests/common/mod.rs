@@ -39,16 +39,26 @@ pub fn temp_dir(name: &str) -> PathBuf {
 impl Server {
     /// Writes `config` (TOML, its `[server]` section is prepended with port 0) and starts the server.
     pub fn start(dir: &Path, config: &str) -> Server {
+        Self::start_with_args(dir, config, &[])
+    }
+
+    /// [`start`](Self::start) with more command-line arguments.
+    pub fn start_with_args(dir: &Path, config: &str, args: &[&str]) -> Server {
         let path = dir.join("server.toml");
         std::fs::write(&path, with_ports(config)).expect("write config");
-        Self::start_file(&path)
+        Self::spawn(&path, args)
     }
 
     /// Starts the server on an existing file.
     pub fn start_file(path: &Path) -> Server {
+        Self::spawn(path, &[])
+    }
+
+    fn spawn(path: &Path, args: &[&str]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate-server"))
             .arg("--config")
             .arg(path)
+            .args(args)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
