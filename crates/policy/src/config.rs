@@ -41,6 +41,12 @@ pub struct PolicyConfig {
     /// Quotas for particular key values of keyed rules (plan tiers, single customers).
     #[serde(default)]
     pub overrides: Vec<OverrideConfig>,
+    /// Labels added to every metric the rules report through the `metrics` facade, beside `rule`
+    /// (and `outcome`): for a process that runs several policies whose rule names may repeat
+    /// (tollgate-server sets `domain`). Read when a rule is first built; a rule that a reload keeps
+    /// keeps its counters, labels included.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metric_labels: BTreeMap<String, String>,
 }
 
 fn yes() -> bool {

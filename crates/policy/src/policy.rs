@@ -874,7 +874,10 @@ impl RuleSet {
                             })?;
                     }
                     report.fresh.push(name);
-                    (limiter, Arc::new(Counters::new(name)))
+                    (
+                        limiter,
+                        Arc::new(Counters::new(name, &config.metric_labels)),
+                    )
                 }
             };
             let shown = match rc.delay {

@@ -1,8 +1,10 @@
 //! Per-rule counters: the crate's own (for [`Policy::snapshot`](crate::Policy::snapshot)) and the
 //! `metrics` facade's (for whatever exporter the application installs).
 
+use std::collections::BTreeMap;
+
 use crossbeam_utils::CachePadded;
-use metrics::Counter;
+use metrics::{Counter, Label};
 
 use crate::sync::{AtomicU64, Ordering, thread_ordinal};
 
@@ -37,8 +39,17 @@ pub(crate) struct Counters {
 }
 
 impl Counters {
-    pub(crate) fn new(rule: &'static str) -> Self {
-        let outcome = |name: &'static str| metrics::counter!("tollgate_policy_decisions_total", "rule" => rule, "outcome" => name);
+    /// `rule`'s counters, labelled `rule` and every pair of `extra` (the config's `metric_labels`).
+    pub(crate) fn new(rule: &'static str, extra: &BTreeMap<String, String>) -> Self {
+        let labels = |outcome: Option<&'static str>| {
+            let mut labels = vec![Label::new("rule", rule)];
+            labels.extend(outcome.map(|o| Label::new("outcome", o)));
+            labels.extend(extra.iter().map(|(k, v)| Label::new(k.clone(), v.clone())));
+            labels
+        };
+        let outcome = |name: &'static str| {
+            metrics::counter!("tollgate_policy_decisions_total", labels(Some(name)))
+        };
         Counters {
             stripes: (0..=OWNED)
                 .map(|_| CachePadded::new(std::array::from_fn(|_| AtomicU64::new(0))))
@@ -47,9 +58,9 @@ impl Counters {
                 outcome("allowed"),
                 outcome("denied"),
                 outcome("shadow_denied"),
-                metrics::counter!("tollgate_policy_near_limit_total", "rule" => rule),
+                metrics::counter!("tollgate_policy_near_limit_total", labels(None)),
             ],
-            overflow: metrics::counter!("tollgate_policy_overflow_decisions_total", "rule" => rule),
+            overflow: metrics::counter!("tollgate_policy_overflow_decisions_total", labels(None)),
         }
     }
 
@@ -131,7 +142,7 @@ mod tests {
     fn concurrent_counts_from_more_threads_than_stripes_are_exact() {
         const THREADS: usize = OWNED + 8;
         const EACH: u64 = 20_000;
-        let counters = Counters::new("test");
+        let counters = Counters::new("test", &BTreeMap::new());
         std::thread::scope(|s| {
             for _ in 0..THREADS {
                 s.spawn(|| {

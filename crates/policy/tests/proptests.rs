@@ -107,6 +107,7 @@ fn config(specs: &[RuleSpec; 3], striped: bool) -> PolicyConfig {
     PolicyConfig {
         dry_run: false,
         metrics: true,
+        metric_labels: Default::default(),
         rules: vec![
             rule("user", Some("user"), &specs[0], Storage::Atomic),
             rule("route", Some("route"), &specs[1], Storage::Atomic),

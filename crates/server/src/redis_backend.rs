@@ -27,7 +27,7 @@
 //! (exact in `per_request` mode, the lease bound in `lease` mode).
 //!
 //! Each rule's decisions are counted in the policy's own per-rule counters
-//! (`tollgate_policy_decisions_total{rule,outcome}`, [`Policy::snapshot`]) through
+//! (`tollgate_policy_decisions_total{rule,outcome,domain}`, [`Policy::snapshot`]) through
 //! [`Policy::count`], as on the embedded backend; per replica (each counts what it decided).
 //!
 //! # When Redis cannot answer

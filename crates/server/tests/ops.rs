@@ -22,7 +22,27 @@ key = ["user"]
 limit = 2
 period = "10s"
 capacity = 1000
+
+[[domains]]
+name = "inner"
+[domains.policy]
+[[domains.policy.rules]]
+name = "per_user"
+match = { user = "any" }
+key = ["user"]
+limit = 5
+period = "10s"
+capacity = 1000
 "#;
+
+/// The value of the sample of `name` that carries every one of `labels` (any order).
+fn sample(metrics: &str, name: &str, labels: &[&str]) -> Option<f64> {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")))
+        .find(|l| labels.iter().all(|want| l.contains(want)))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_check_metrics_health_and_sigterm() {
@@ -71,6 +91,13 @@ async fn http_check_metrics_health_and_sigterm() {
         .unwrap()
         .into_inner();
     assert_eq!(r.overall_code, Code::Ok as i32);
+    // Another domain with a rule of the same name: its policy counters are its own.
+    let r = client
+        .should_rate_limit(request("inner", vec![descriptor(&[("user", "g")])], 1))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.overall_code, Code::Ok as i32);
 
     let (status, _, body) = server.http("GET", "/healthz", "");
     assert_eq!((status, body.trim()), (200, "ok"));
@@ -87,6 +114,20 @@ async fn http_check_metrics_health_and_sigterm() {
     ] {
         assert!(metrics.contains(needle), "missing {needle} in:\n{metrics}");
     }
+    let decisions = |domain: &str, outcome: &str| {
+        sample(
+            &metrics,
+            "tollgate_policy_decisions_total",
+            &[
+                r#"rule="per_user""#,
+                &format!(r#"outcome="{outcome}""#),
+                &format!(r#"domain="{domain}""#),
+            ],
+        )
+    };
+    assert_eq!(decisions("edge", "allowed"), Some(2.0), "{metrics}");
+    assert_eq!(decisions("edge", "denied"), Some(1.0), "{metrics}");
+    assert_eq!(decisions("inner", "allowed"), Some(1.0), "{metrics}");
 
     // The standard gRPC health service: the RLS service and the server as a whole.
     let channel = tonic::transport::Channel::from_shared(format!("http://{}", server.grpc))
