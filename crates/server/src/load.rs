@@ -70,7 +70,7 @@ pub struct LoadArgs {
     /// `RateLimitRequest.hits_addend` (0 means 1).
     #[arg(long, default_value_t = 0)]
     pub hits: u32,
-    /// Client runtime worker threads (default: the machine's cores).
+    /// Client runtime worker threads (default: the machine's cores; 1: a current-thread runtime).
     #[arg(long)]
     pub threads: Option<usize>,
     /// Also write the report as JSON here.
@@ -604,11 +604,16 @@ pub fn run(args: &LoadArgs) -> Result<LoadReport, LoadError> {
     if threads == 0 {
         return Err(LoadError::Args("--threads must be at least 1".into()));
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads)
-        .enable_all()
-        .build()
-        .map_err(LoadError::Runtime)?;
+    // One thread: a current-thread runtime (no work-stealing bookkeeping), as the server's
+    // `--workers 1`.
+    let mut runtime = if threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        builder.worker_threads(threads);
+        builder
+    };
+    let runtime = runtime.enable_all().build().map_err(LoadError::Runtime)?;
     let report = runtime.block_on(drive(args, threads))?;
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&report)

@@ -79,10 +79,17 @@ fn main() -> std::process::ExitCode {
     } else {
         builder.init();
     }
-    let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    if let Some(workers) = cli.workers {
-        runtime.worker_threads(workers.get());
-    }
+    // One worker: a current-thread runtime, which skips the work-stealing scheduler's bookkeeping
+    // (nothing to steal from).
+    let mut runtime = match cli.workers.map(std::num::NonZeroUsize::get) {
+        Some(1) => tokio::runtime::Builder::new_current_thread(),
+        Some(workers) => {
+            let mut builder = tokio::runtime::Builder::new_multi_thread();
+            builder.worker_threads(workers);
+            builder
+        }
+        None => tokio::runtime::Builder::new_multi_thread(),
+    };
     let runtime = match runtime.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
