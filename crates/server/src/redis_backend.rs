@@ -42,7 +42,7 @@
 //! overrides the gauge shows whichever changed last). Live leases are still spent locally during
 //! an outage.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -55,12 +55,13 @@ use tollgate_redis::{
     RedisLimiter,
 };
 
-use crate::config::{FailMode, LeaseSettings, RedisBackend, RedisMode};
+use crate::config::{Backend, FailMode, LeaseSettings, RedisBackend, RedisMode, ServerConfig};
 
 /// Connections by (URL, timeout), shared by every domain and kept across reloads (so a reload that
-/// keeps the URL keeps the connection; a changed URL gets a new one). Never dropped while the
-/// process runs: one idle, lazily reconnecting connection per URL ever configured. Each is one
-/// multiplexed redis-rs connection (pipelined commands from every task).
+/// keeps the URL keeps the connection; a changed URL gets a new one). After a reload, those no
+/// domain uses any more are let go ([`retain_used`](Self::retain_used)): the connection closes
+/// when the old domains' limiters holding it are dropped too. Each is one multiplexed redis-rs
+/// connection (pipelined commands from every task), lazily reconnecting.
 #[derive(Default)]
 pub struct Connections {
     open: Mutex<HashMap<(String, Duration), ConnectionManager>>,
@@ -77,6 +78,32 @@ impl Connections {
             .map_err(|e| format!("backend.redis.url `{url}`: {e}"))?;
         open.insert(key, conn.clone());
         Ok(conn)
+    }
+
+    /// Keeps only the connections some Redis domain of `config` uses.
+    pub fn retain_used(&self, config: &ServerConfig) {
+        let used: HashSet<(&str, Duration)> = config
+            .domains
+            .iter()
+            .filter_map(|d| match &d.backend {
+                Backend::Redis(settings) => Some((settings.url.as_str(), settings.timeout)),
+                Backend::Embedded => None,
+            })
+            .collect();
+        self.open
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|(url, timeout), _| used.contains(&(url.as_str(), *timeout)));
+    }
+
+    /// How many connections are kept.
+    pub fn len(&self) -> usize {
+        self.open.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Whether none is kept.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 

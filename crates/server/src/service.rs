@@ -109,7 +109,13 @@ impl Limiter {
         let current = self.domains.load_full();
         let next = build(config, Some(&current), &self.connections)?;
         self.domains.store(Arc::new(next));
+        self.connections.retain_used(config);
         Ok(())
+    }
+
+    /// The Redis connections kept for the domains (one per URL and timeout in use).
+    pub fn redis_connections(&self) -> usize {
+        self.connections.len()
     }
 
     /// The domains now.
@@ -329,4 +335,41 @@ fn build(
         out.insert(d.name.clone(), domain);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(url: Option<&str>) -> ServerConfig {
+        let backend = url.map_or_else(
+            || "\"embedded\"".to_owned(),
+            |u| format!("{{ redis = {{ url = \"{u}\" }} }}"),
+        );
+        ServerConfig::parse(
+            &format!(
+                "[[domains]]\nname = \"a\"\nbackend = {backend}\n[domains.policy]\n\
+                 [[domains.policy.rules]]\nname = \"r\"\nlimit = 5\nperiod = \"1s\"\n"
+            ),
+            false,
+        )
+        .expect("config")
+    }
+
+    #[tokio::test]
+    async fn a_reload_lets_go_of_redis_connections_no_domain_uses() {
+        // Lazy connections: nothing listens on these ports, and nothing needs to.
+        let limiter = Limiter::new(&config(Some("redis://127.0.0.1:1/"))).expect("limiter");
+        assert_eq!(limiter.redis_connections(), 1);
+        limiter
+            .reload(&config(Some("redis://127.0.0.1:1/")))
+            .expect("same URL");
+        assert_eq!(limiter.redis_connections(), 1, "kept across the reload");
+        limiter
+            .reload(&config(Some("redis://127.0.0.1:2/")))
+            .expect("new URL");
+        assert_eq!(limiter.redis_connections(), 1, "the old URL's is gone");
+        limiter.reload(&config(None)).expect("embedded");
+        assert_eq!(limiter.redis_connections(), 0);
+    }
 }
