@@ -112,9 +112,16 @@ pub enum Backend {
     #[default]
     Embedded,
     /// Every rule's state lives in one shared Redis, so replicas pointing at it share each rule's
-    /// quota.
+    /// quota. Keyed rules need no `capacity` here: the process keeps no state of its own for them
+    /// (the policy it builds only matches requests and builds keys), so a capacity given is
+    /// replaced by [`REDIS_LOCAL_CAPACITY`].
     Redis(RedisBackend),
 }
+
+/// The key table a Redis domain's keyed rule gets in process: never decided against (the state is
+/// in Redis), so as small as a table can usefully be. Without this, a `capacity` sized for the
+/// fleet's keys would allocate that many unused slots (about 23 bytes each) in every replica.
+pub const REDIS_LOCAL_CAPACITY: usize = 64;
 
 /// `backend = { redis = { ... } }`: where and how a domain's rules keep their state in Redis.
 ///
@@ -401,11 +408,18 @@ impl ServerConfig {
     /// # Errors
     /// [`ConfigFileError::Parse`] or [`ConfigFileError::Invalid`].
     pub fn parse(text: &str, yaml: bool) -> Result<Self, ConfigFileError> {
-        let config: ServerConfig = if yaml {
+        let mut config: ServerConfig = if yaml {
             serde_yaml_ng::from_str(text).map_err(|e| ConfigFileError::Parse(e.to_string()))?
         } else {
             toml::from_str(text).map_err(|e| ConfigFileError::Parse(e.to_string()))?
         };
+        for domain in &mut config.domains {
+            if matches!(domain.backend, Backend::Redis(_)) {
+                for rule in domain.policy.rules.iter_mut().filter(|r| !r.key.is_empty()) {
+                    rule.capacity = Some(REDIS_LOCAL_CAPACITY);
+                }
+            }
+        }
         let mut seen = HashSet::new();
         for domain in &config.domains {
             if domain.name.is_empty() {
@@ -488,6 +502,31 @@ mod tests {
             matches!(&config.domains[0].backend, Backend::Redis(r) if r.mode == RedisMode::Lease)
         );
         crate::service::Limiter::new(&config).expect("README fragment builds");
+    }
+
+    #[test]
+    fn redis_domains_keyed_rules_need_no_capacity_and_keep_no_big_table() {
+        let toml = |backend: &str, capacity: &str| {
+            format!(
+                "[[domains]]\nname = \"a\"\nbackend = {backend}\n[domains.policy]\n\
+                 [[domains.policy.rules]]\nname = \"per_user\"\nmatch = {{ user = \"any\" }}\n\
+                 key = [\"user\"]\nlimit = 5\nperiod = \"1s\"\n{capacity}"
+            )
+        };
+        let redis = r#"{ redis = { url = "redis://127.0.0.1:1/" } }"#;
+        for capacity in ["", "capacity = 10000000\n"] {
+            let config = ServerConfig::parse(&toml(redis, capacity), false).expect("parses");
+            assert_eq!(
+                config.domains[0].policy.rules[0].capacity,
+                Some(REDIS_LOCAL_CAPACITY),
+                "{capacity:?}"
+            );
+        }
+        // Embedded domains keep theirs, and still need one.
+        let config =
+            ServerConfig::parse(&toml("\"embedded\"", "capacity = 1000\n"), false).expect("parses");
+        assert_eq!(config.domains[0].policy.rules[0].capacity, Some(1000));
+        assert!(ServerConfig::parse(&toml("\"embedded\"", ""), false).is_err());
     }
 
     #[test]
