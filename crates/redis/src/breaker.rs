@@ -227,6 +227,15 @@ impl Metrics {
     }
 }
 
+impl Drop for Breaker {
+    /// A breaker dropped while open (its limiter replaced by a reload) leaves the gauge's count.
+    fn drop(&mut self) {
+        if self.lock().opened_at.is_some() {
+            self.metrics.open.decrement(1.0);
+        }
+    }
+}
+
 /// A circuit breaker (see the [module docs](self)); shared by a limiter and its clones.
 pub(crate) struct Breaker {
     word: AtomicU64,
@@ -260,7 +269,9 @@ impl Breaker {
         clock: Arc<dyn Clock>,
     ) -> Breaker {
         let metrics = Metrics::new(prefix);
-        metrics.open.set(0.0);
+        // The gauge counts the open breakers under the prefix (several limiters may share one),
+        // so a new breaker adds 0: written, so the series shows, without resetting the others'.
+        metrics.open.increment(0.0);
         Breaker {
             word: AtomicU64::new(Word::CLOSED.0),
             config,
@@ -332,14 +343,14 @@ impl Breaker {
                 book.opens += 1;
                 book.opened_at = Some(now);
                 self.metrics.opened.increment(1);
-                self.metrics.open.set(1.0);
+                self.metrics.open.increment(1.0);
             }
             Some(Transition::Closed) => {
                 book.closes += 1;
                 let spent = book.opened_at.take().map_or(0, |at| now.saturating_sub(at));
                 book.open_ns = book.open_ns.saturating_add(spent);
                 self.metrics.closed.increment(1);
-                self.metrics.open.set(0.0);
+                self.metrics.open.decrement(1.0);
                 self.metrics
                     .open_seconds
                     .record(Duration::from_nanos(spent).as_secs_f64());
@@ -472,6 +483,50 @@ mod tests {
         let (w, _) = record(Word::CLOSED, now, Outcome::Failed, &c).unwrap();
         assert!(w.is_open());
         assert_eq!(admit(w, now, &c).0, Admission::Reject);
+    }
+
+    #[test]
+    fn the_open_gauge_counts_open_breakers_under_one_prefix() {
+        use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        // The debugging recorder's snapshot hands out a gauge's value and zeroes it, so the test
+        // adds the changes up: `open` is what the exporter would show.
+        let mut open = 0.0;
+        let mut read = || {
+            open += snapshotter
+                .snapshot()
+                .into_vec()
+                .into_iter()
+                .find(|(key, ..)| key.key().name() == "tollgate_redis_breaker_open")
+                .map_or(0.0, |(.., value)| match value {
+                    DebugValue::Gauge(g) => g.into_inner(),
+                    other => panic!("{other:?}"),
+                });
+            open
+        };
+        metrics::with_local_recorder(&recorder, || {
+            let clock = ManualClock::new();
+            // Two limiters' breakers under one prefix (a rule and its override quota).
+            let a = Breaker::with_clock(cfg(1), "p:", Arc::new(clock.clone()));
+            let b = Breaker::with_clock(cfg(1), "p:", Arc::new(clock.clone()));
+            assert_eq!(read(), 0.0);
+            a.record(Outcome::Failed);
+            assert_eq!(read(), 1.0);
+            b.record(Outcome::Failed);
+            assert_eq!(read(), 2.0, "both open");
+            clock.advance(Duration::from_millis(100));
+            assert_eq!(a.admit(), Admission::Probe);
+            a.record(Outcome::Answered);
+            assert_eq!(read(), 1.0, "one closed, one still open");
+            drop(b);
+            assert_eq!(read(), 0.0, "dropped while open: no longer counted");
+            let c = Breaker::with_clock(cfg(1), "p:", Arc::new(clock.clone()));
+            assert_eq!(read(), 0.0, "a new breaker adds nothing");
+            c.record(Outcome::Failed);
+            drop(a);
+            assert_eq!(read(), 1.0, "a closed breaker's drop changes nothing");
+        });
     }
 
     #[test]

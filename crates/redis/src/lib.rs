@@ -66,7 +66,8 @@
 //! (one per interval) succeeds and closes it. The lease mode keeps spending live leases locally.
 //! State changes and time spent open are in `breaker()` ([`BreakerStats`]), `faults().circuit_open`
 //! and the `metrics` facade (`tollgate_redis_breaker_transitions_total{prefix,to}`,
-//! `tollgate_redis_breaker_open{prefix}` gauge, `tollgate_redis_breaker_open_seconds{prefix}`
+//! `tollgate_redis_breaker_open{prefix}` gauge: how many breakers under that prefix are open, 0 or
+//! 1 for one limiter and its clones; `tollgate_redis_breaker_open_seconds{prefix}`
 //! histogram per open period, `tollgate_redis_breaker_rejected_total{prefix}`).
 //!
 //! [`connect`] builds a redis-rs `ConnectionManager`, which

@@ -38,9 +38,8 @@
 //! `tollgate_server_backend_failures_total{domain,rule,cause,answer}` (`cause`: `outage`,
 //! `circuit_open`, `corrupt`, `config`); the breaker's state is tollgate-redis's
 //! `tollgate_redis_breaker_open{prefix}` gauge (the prefix names domain and rule; a rule's
-//! override quotas have limiters, and breakers, of their own under the same prefix, so with
-//! overrides the gauge shows whichever changed last). Live leases are still spent locally during
-//! an outage.
+//! override quotas have limiters, and breakers, of their own under the same prefix, and the gauge
+//! counts how many of them are open). Live leases are still spent locally during an outage.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
