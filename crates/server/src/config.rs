@@ -413,7 +413,15 @@ impl ServerConfig {
         } else {
             toml::from_str(text).map_err(|e| ConfigFileError::Parse(e.to_string()))?
         };
+        // What the server adds to each domain's policy, here so that every use of `policy` sees it:
+        // the domain as a metrics label (two domains may name rules alike; a `domain` label the
+        // config sets itself wins), and a Redis domain's small in-process tables.
         for domain in &mut config.domains {
+            domain
+                .policy
+                .metric_labels
+                .entry("domain".to_owned())
+                .or_insert_with(|| domain.name.clone());
             if matches!(domain.backend, Backend::Redis(_)) {
                 for rule in domain.policy.rules.iter_mut().filter(|r| !r.key.is_empty()) {
                     rule.capacity = Some(REDIS_LOCAL_CAPACITY);
@@ -520,6 +528,11 @@ mod tests {
                 config.domains[0].policy.rules[0].capacity,
                 Some(REDIS_LOCAL_CAPACITY),
                 "{capacity:?}"
+            );
+            assert_eq!(
+                config.domains[0].policy.metric_labels.get("domain"),
+                Some(&"a".to_owned()),
+                "the domain labels its rules' metrics"
             );
         }
         // Embedded domains keep theirs, and still need one.

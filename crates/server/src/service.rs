@@ -8,9 +8,9 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use tollgate_core::Decision;
 use tollgate_http::{FieldValues, PolicyFields};
-use tollgate_policy::{Policy, PolicyConfig, PolicyDecision, PolicyError};
+use tollgate_policy::{Policy, PolicyDecision, PolicyError};
 
-use crate::config::{Backend, DomainConfig, ServerConfig};
+use crate::config::{Backend, ServerConfig};
 use crate::redis_backend::{Connections, RedisRules};
 use crate::telemetry::DecisionMetrics;
 
@@ -273,17 +273,6 @@ fn deciding(statuses: &[Verdict], ok: bool) -> Option<usize> {
     best.map(|(i, _, _)| i)
 }
 
-/// The domain's policy config, its rules' metrics labelled with the domain (two domains may name
-/// rules alike); a `domain` label the config sets itself wins.
-fn policy_config(d: &DomainConfig) -> PolicyConfig {
-    let mut policy = d.policy.clone();
-    policy
-        .metric_labels
-        .entry("domain".to_owned())
-        .or_insert_with(|| d.name.clone());
-    policy
-}
-
 fn build(
     config: &ServerConfig,
     current: Option<&Domains>,
@@ -293,7 +282,7 @@ fn build(
     let mut fresh = HashMap::new();
     for d in &config.domains {
         let policy =
-            Policy::new(policy_config(d)).map_err(|e| format!("domain `{}`: {e}", d.name))?;
+            Policy::new(d.policy.clone()).map_err(|e| format!("domain `{}`: {e}", d.name))?;
         let redis = match &d.backend {
             Backend::Embedded => None,
             Backend::Redis(settings) => {
@@ -319,7 +308,7 @@ fn build(
         let domain = match (kept, built) {
             (Some(old), _) => {
                 old.policy
-                    .reload(policy_config(d))
+                    .reload(d.policy.clone())
                     .map_err(|e| format!("domain `{}`: {e}", d.name))?;
                 Arc::clone(old)
             }
