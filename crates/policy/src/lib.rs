@@ -33,18 +33,19 @@
 //! has one), `delay` a wait before forwarding.
 
 mod config;
+mod engine;
 mod limiter;
 mod policy;
 mod reloadable;
+mod rules;
 mod stats;
+mod store;
 mod sync;
 
 pub use config::{
     AlgorithmKind, ConfigError, ConfigErrorKind, DelayConfig, MatchSpec, Mode, OverrideConfig,
     PolicyConfig, RuleConfig, Storage, Validated,
 };
-pub use policy::{
-    Applicable, Descriptors, Policy, PolicyDecision, PolicyError, ReloadReport, RuleOutcome,
-};
+pub use policy::{Descriptors, Policy, PolicyDecision, PolicyError, ReloadReport, RuleOutcome};
 pub use reloadable::Reloadable;
 pub use stats::{PolicySnapshot, RuleStats};

@@ -24,10 +24,6 @@ pub(crate) trait RuleLimiter: Send + Sync {
     fn check(&self, key: &[u8], now: Nanos, cost: u64) -> Result<(Decision, Receipt), CheckError>;
     fn peek(&self, key: &[u8], now: Nanos, cost: u64) -> Result<Decision, CheckError>;
     fn refund(&self, key: &[u8], now: Nanos, cost: u64, receipt: Receipt);
-    /// The quota this key is limited by (its override, or the default).
-    fn quota_for(&self, key: &[u8]) -> Quota;
-    /// The default quota.
-    fn quota(&self) -> Quota;
     /// Decisions made by a keyed table's shared overflow states.
     fn overflow_decisions(&self) -> u64 {
         0
@@ -63,12 +59,6 @@ impl<A: Algorithm, C: Clock> RuleLimiter for Keyed<A, C> {
     }
     fn refund(&self, key: &[u8], now: Nanos, cost: u64, _: Receipt) {
         self.limiter.refund_key_at(key, now, cost);
-    }
-    fn quota_for(&self, key: &[u8]) -> Quota {
-        *self.limiter.quota_for(key)
-    }
-    fn quota(&self) -> Quota {
-        *self.limiter.quota()
     }
     fn overflow_decisions(&self) -> u64 {
         self.limiter.overflow_decisions() as u64
@@ -107,12 +97,6 @@ impl<A: Algorithm, C: Clock> RuleLimiter for Global<A, C> {
     fn refund(&self, _: &[u8], now: Nanos, cost: u64, _: Receipt) {
         self.limiter.refund_at(now, cost);
     }
-    fn quota_for(&self, _: &[u8]) -> Quota {
-        self.quota()
-    }
-    fn quota(&self) -> Quota {
-        *self.limiter.algorithm().quota()
-    }
     fn set_quota(&self, quota: Quota) -> bool {
         match A::from_quota(quota) {
             Ok(algorithm) => {
@@ -142,12 +126,6 @@ impl<C: Clock> RuleLimiter for Striped<C> {
         if let Receipt::Striped(receipt) = receipt {
             self.limiter.refund(receipt, cost);
         }
-    }
-    fn quota_for(&self, _: &[u8]) -> Quota {
-        self.quota()
-    }
-    fn quota(&self) -> Quota {
-        *self.limiter.quota()
     }
     fn set_quota(&self, _: Quota) -> bool {
         false

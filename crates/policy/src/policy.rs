@@ -1,20 +1,21 @@
 //! [`Policy`]: the live rule set, its one-decision check and its reload.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use smallvec::SmallVec;
 use tollgate_core::{CheckError, Clock, Decision, MonotonicClock, Nanos, Quota};
 
 use crate::config::{
-    AlgorithmKind, ConfigError, ConfigErrorKind, MatchSpec, Mode, PolicyConfig, RuleConfig,
-    Storage, Validated, delay_units,
+    AlgorithmKind, ConfigError, ConfigErrorKind, PolicyConfig, Validated, delay_units,
 };
-use crate::limiter::{self, Receipt, RuleLimiter, Spec};
+use crate::engine::{self, Decided};
+use crate::limiter::{self, RuleLimiter, Spec};
+use crate::rules::{Identity, KeyBuf, Rule, RuleSet, intern};
 use crate::stats::{Counters, Outcome, PolicySnapshot, RuleStats};
+use crate::store::MemoryStore;
 use crate::sync::{AtomicBool, Ordering};
 
 /// A request's descriptors: `(name, value)` pairs such as `("remote_address", "192.0.2.1")`. When a
@@ -61,27 +62,6 @@ pub struct RuleOutcome {
     pub decision: Decision,
     /// Its quota for this request's key.
     pub quota: Quota,
-}
-
-/// One rule that applies to a request, as [`Policy::applicable`] lists them: for a caller that keeps
-/// the rules' state itself (tollgate-server's Redis backend) and uses the policy only for matching
-/// and key building.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Applicable {
-    /// The rule.
-    pub rule: &'static str,
-    /// Whether it enforces (false for shadow rules and under dry run).
-    pub enforced: bool,
-    /// The rule's algorithm.
-    pub algorithm: AlgorithmKind,
-    /// The key bytes, exactly as the policy's own limiters key it: empty for a global rule, the
-    /// value for one key descriptor, length-prefixed values (4-byte little-endian lengths, so not
-    /// always UTF-8) for several.
-    pub key: Vec<u8>,
-    /// The quota for this key: its override when it has one, else the rule's effective quota.
-    pub quota: Quota,
-    /// Whether `quota` is an override.
-    pub overridden: bool,
 }
 
 /// Why a check could not be decided (as opposed to denied). Nothing is consumed.
@@ -179,7 +159,7 @@ pub struct ReloadReport {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct Policy<C = MonotonicClock> {
-    current: ArcSwap<RuleSet>,
+    current: ArcSwap<Live>,
     clock: C,
     dry_run: AtomicBool,
     reloads: Mutex<()>,
@@ -187,7 +167,7 @@ pub struct Policy<C = MonotonicClock> {
 
 impl<C> fmt::Debug for Policy<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let set = self.current.load();
+        let set = &self.current.load().rules;
         f.debug_struct("Policy")
             .field(
                 "rules",
@@ -198,145 +178,18 @@ impl<C> fmt::Debug for Policy<C> {
     }
 }
 
-/// The rule set decisions read: built once per load or reload, never changed afterwards.
-struct RuleSet {
-    /// Descriptor names the rules use; rules refer to them by index.
-    names: Box<[Box<str>]>,
-    rules: Box<[Rule]>,
-    dry_run: bool,
-    metrics: bool,
-    config: PolicyConfig,
+/// A rule set with its in-process state: what decisions load.
+pub(crate) struct Live {
+    pub(crate) rules: RuleSet,
+    pub(crate) store: MemoryStore,
 }
 
-struct Rule {
-    name: &'static str,
-    matches: Box<[(usize, MatchSpec)]>,
-    key: Box<[usize]>,
-    mode: Mode,
-    /// The effective quota (a delay's extra depth included).
-    quota: Quota,
-    /// The quota as configured, for decisions and headers.
-    shown: Quota,
-    /// Two-stage delay: extra units beyond the burst, and the burst's depth in nanoseconds.
-    delay: Option<(u64, Nanos)>,
-    /// `remaining` at or below this is near the limit (20 % of the default capacity).
-    near: u64,
-    identity: Identity,
-    overrides: HashMap<String, Quota>,
-    limiter: Arc<dyn RuleLimiter>,
-    counters: Arc<Counters>,
-}
-
-/// What must stay the same for a rule's state to carry over a reload.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Identity {
-    key: Vec<String>,
-    algorithm: AlgorithmKind,
-    storage: Storage,
-    capacity: Option<usize>,
-    stripes: Option<usize>,
-    /// Window algorithms: the window length (their state layout depends on it).
-    window: Option<Duration>,
-}
-
-impl Identity {
-    fn of(rule: &RuleConfig, algorithm: AlgorithmKind) -> Self {
-        Identity {
-            key: rule.key.clone(),
-            algorithm,
-            storage: rule.storage,
-            capacity: rule.capacity,
-            stripes: rule.stripes,
-            window: (!algorithm.is_bucket()).then_some(rule.period),
-        }
-    }
-}
-
-/// Rule names live for the process: decisions hand out `&'static str` without a reference count.
-/// One allocation per distinct name ever configured.
-fn intern(name: &str) -> &'static str {
-    static NAMES: OnceLock<Mutex<HashSet<&'static str>>> = OnceLock::new();
-    let mut names = NAMES
-        .get_or_init(Mutex::default)
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    if let Some(&name) = names.get(name) {
-        return name;
-    }
-    let leaked: &'static str = Box::leak(name.to_owned().into_boxed_str());
-    names.insert(leaked);
-    leaked
-}
-
-type Values<'a> = SmallVec<[Option<&'a str>; 8]>;
-type KeyBuf = SmallVec<[u8; 128]>;
 /// A kept rule's override change: its limiter, the overrides before and after.
 type OverridePlan<'a> = (
     Arc<dyn RuleLimiter>,
     &'a HashMap<String, Quota>,
     HashMap<String, Quota>,
 );
-
-impl Rule {
-    #[inline]
-    fn applies(&self, values: &[Option<&str>]) -> bool {
-        self.matches
-            .iter()
-            .all(|(i, spec)| values[*i].is_some_and(|v| spec.matches(v)))
-    }
-
-    /// The key bytes: nothing for a global rule, the value for one descriptor, and length-prefixed
-    /// values for several (so no two tuples share an encoding). `None`: a key descriptor is missing.
-    #[inline]
-    fn key<'a>(&self, values: &[Option<&'a str>], buf: &'a mut KeyBuf) -> Option<&'a [u8]> {
-        match *self.key {
-            [] => Some(&[]),
-            [one] => values[one].map(str::as_bytes),
-            ref many => {
-                buf.clear();
-                for &i in many {
-                    let value = values[i]?;
-                    let len = u32::try_from(value.len()).unwrap_or(u32::MAX);
-                    buf.extend_from_slice(&len.to_le_bytes());
-                    buf.extend_from_slice(value.as_bytes());
-                }
-                Some(&buf[..])
-            }
-        }
-    }
-
-    /// The decision as configured (a delayed rule's extra depth taken off `remaining`), and the wait.
-    #[inline]
-    fn shown(&self, decision: Decision) -> (Decision, Duration) {
-        match (self.delay, decision) {
-            (
-                Some((extra, depth)),
-                Decision::Allowed {
-                    remaining,
-                    reset_after,
-                },
-            ) => {
-                let wait = reset_after.saturating_sub(Duration::from_nanos(depth));
-                (
-                    Decision::Allowed {
-                        remaining: remaining.saturating_sub(extra),
-                        reset_after,
-                    },
-                    wait,
-                )
-            }
-            _ => (decision, Duration::ZERO),
-        }
-    }
-
-    fn quota_for(&self, key: &[u8]) -> Quota {
-        if self.delay.is_some() {
-            self.shown
-        } else {
-            self.limiter.quota_for(key)
-        }
-    }
-}
 
 impl Policy<MonotonicClock> {
     /// Builds the policy on the default monotonic clock.
@@ -355,7 +208,7 @@ impl<C: Clock + Clone + 'static> Policy<C> {
     /// A [`ConfigError`] naming the rule and field.
     pub fn with_clock(config: PolicyConfig, clock: C) -> Result<Self, ConfigError> {
         let validated = config.validate()?;
-        let (set, _) = RuleSet::build(config, &validated, &clock, None)?;
+        let (set, _) = Live::build(config, &validated, &clock, None)?;
         Ok(Policy {
             current: ArcSwap::from_pointee(set),
             clock,
@@ -401,8 +254,8 @@ impl<C: Clock + Clone + 'static> Policy<C> {
         now: Nanos,
         cost: u64,
     ) -> Result<PolicyDecision, PolicyError> {
-        let set = self.current.load();
-        self.decide(&set, descriptors, now, cost, None, false)
+        let live = self.current.load();
+        self.decide(&live, descriptors, now, cost, None, false)
             .map(|(decided, _)| decided)
     }
 
@@ -441,8 +294,8 @@ impl<C: Clock + Clone + 'static> Policy<C> {
         now: Nanos,
         cost: u64,
     ) -> Result<(PolicyDecision, Option<Duration>), PolicyError> {
-        let set = self.current.load();
-        self.decide(&set, descriptors, now, cost, None, true)
+        let live = self.current.load();
+        self.decide(&live, descriptors, now, cost, None, true)
     }
 
     /// [`check`](Self::check), also writing each applicable rule's own outcome into `outcomes`
@@ -457,9 +310,9 @@ impl<C: Clock + Clone + 'static> Policy<C> {
         outcomes: &mut Vec<RuleOutcome>,
     ) -> Result<PolicyDecision, PolicyError> {
         outcomes.clear();
-        let set = self.current.load();
+        let live = self.current.load();
         self.decide(
-            &set,
+            &live,
             descriptors,
             self.clock.now(),
             cost,
@@ -481,68 +334,33 @@ impl<C: Clock + Clone + 'static> Policy<C> {
         outcomes: &mut Vec<RuleOutcome>,
     ) -> Result<PolicyDecision, PolicyError> {
         outcomes.clear();
-        let set = self.current.load();
-        self.decide(&set, descriptors, now, cost, Some(outcomes), false)
+        let live = self.current.load();
+        self.decide(&live, descriptors, now, cost, Some(outcomes), false)
             .map(|(decided, _)| decided)
     }
 
-    /// The rules that apply to a request with these descriptors, in evaluation order, written into
-    /// `out` (cleared first), consuming nothing and counting nothing: the matching and key building
-    /// of [`check`](Self::check) without its limiters, for a caller that decides each rule against
-    /// state it keeps elsewhere. A two-stage delay is not applied (`quota` is the effective one).
-    pub fn applicable(&self, descriptors: &Descriptors<'_>, out: &mut Vec<Applicable>) {
-        out.clear();
-        let set = self.current.load();
-        let values = set.resolve(descriptors);
+    #[inline]
+    fn decide(
+        &self,
+        live: &Live,
+        descriptors: &Descriptors<'_>,
+        now: Nanos,
+        cost: u64,
+        outcomes: Option<&mut Vec<RuleOutcome>>,
+        want_next: bool,
+    ) -> Result<Decided, PolicyError> {
         // Relaxed: see `set_dry_run`.
-        let dry = set.dry_run || self.dry_run.load(Ordering::Relaxed);
-        for rule in set.rules.iter() {
-            if !rule.applies(&values) {
-                continue;
-            }
-            let mut buf = KeyBuf::new();
-            let Some(key) = rule.key(&values, &mut buf) else {
-                continue;
-            };
-            let over = match *rule.key {
-                [one] => values[one].and_then(|v| rule.overrides.get(v)).copied(),
-                _ => None,
-            };
-            out.push(Applicable {
-                rule: rule.name,
-                enforced: rule.mode == Mode::Enforce && !dry,
-                algorithm: rule.identity.algorithm,
-                key: key.to_vec(),
-                quota: over.unwrap_or(rule.quota),
-                overridden: over.is_some(),
-            });
-        }
-    }
-
-    /// Counts, in rule `rule`'s counters ([`snapshot`](Self::snapshot) and the `metrics` facade),
-    /// a decision that the caller of [`applicable`](Self::applicable) made against state it keeps
-    /// elsewhere, as [`check`](Self::check) counts its own: an admission (and near the limit when
-    /// `remaining` is at or below a fifth of the rule's capacity), a denial when `enforced`, a
-    /// shadow denial otherwise. Nothing when the rule is gone (a reload in between) or the config
-    /// turned counting off.
-    pub fn count(&self, rule: &str, enforced: bool, decision: &Decision) {
-        let set = self.current.load();
-        if !set.metrics {
-            return;
-        }
-        let Some(rule) = set.rules.iter().find(|r| r.name == rule) else {
-            return;
-        };
-        match decision {
-            Decision::Allowed { remaining, .. } => {
-                rule.counters.count(Outcome::Allowed);
-                if *remaining <= rule.near {
-                    rule.counters.count(Outcome::NearLimit);
-                }
-            }
-            Decision::Denied { .. } if enforced => rule.counters.count(Outcome::Denied),
-            Decision::Denied { .. } => rule.counters.count(Outcome::ShadowDenied),
-        }
+        let dry = live.rules.dry_run || self.dry_run.load(Ordering::Relaxed);
+        engine::decide(
+            &live.rules,
+            &live.store,
+            descriptors,
+            dry,
+            now,
+            cost,
+            outcomes,
+            want_next,
+        )
     }
 
     /// Turns every rule into a shadow rule (evaluated and counted, never denying) while `on`, on top
@@ -555,28 +373,36 @@ impl<C: Clock + Clone + 'static> Policy<C> {
     /// Whether decisions run dry (the switch or the config's `dry_run`).
     pub fn dry_run(&self) -> bool {
         // Relaxed: as in `set_dry_run`.
-        self.dry_run.load(Ordering::Relaxed) || self.current.load().dry_run
+        self.dry_run.load(Ordering::Relaxed) || self.current.load().rules.dry_run
     }
 
     /// The configuration in force.
     pub fn config(&self) -> PolicyConfig {
-        self.current.load().config.clone()
+        self.current.load().rules.config.clone()
     }
 
     /// The rule names, in evaluation order.
     pub fn rules(&self) -> Vec<&'static str> {
-        self.current.load().rules.iter().map(|r| r.name).collect()
+        self.current
+            .load()
+            .rules
+            .rules
+            .iter()
+            .map(|r| r.name)
+            .collect()
     }
 
     /// Every rule's counters now (and the overflow counts published to the `metrics` facade).
     pub fn snapshot(&self) -> PolicySnapshot {
-        let set = self.current.load();
+        let live = self.current.load();
+        let set = &live.rules;
         PolicySnapshot {
             rules: set
                 .rules
                 .iter()
-                .map(|rule| {
-                    let overflow = rule.limiter.overflow_decisions();
+                .zip(live.store.limiters.iter())
+                .map(|(rule, limiter)| {
+                    let overflow = limiter.overflow_decisions();
                     if set.metrics {
                         rule.counters.publish_overflow(overflow);
                     }
@@ -617,198 +443,21 @@ impl<C: Clock + Clone + 'static> Policy<C> {
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         let validated = config.validate()?;
         let old = self.current.load_full();
-        let (set, report) = RuleSet::build(config, &validated, &self.clock, Some(&old))?;
+        let (set, report) = Live::build(config, &validated, &self.clock, Some(&old))?;
         self.current.store(Arc::new(set));
         Ok(report)
     }
-
-    fn decide(
-        &self,
-        set: &RuleSet,
-        descriptors: &Descriptors<'_>,
-        now: Nanos,
-        cost: u64,
-        mut outcomes: Option<&mut Vec<RuleOutcome>>,
-        want_next: bool,
-    ) -> Result<(PolicyDecision, Option<Duration>), PolicyError> {
-        let values = set.resolve(descriptors);
-        // Relaxed: see `set_dry_run`.
-        let dry = set.dry_run || self.dry_run.load(Ordering::Relaxed);
-        let mut admitted: SmallVec<[(usize, Receipt); 8]> = SmallVec::new();
-        let mut denied: Option<(usize, Decision)> = None;
-        let mut tightest: Option<(usize, Decision)> = None;
-        let mut delay = Duration::ZERO;
-        let mut shadow_denied = false;
-        for (i, rule) in set.rules.iter().enumerate() {
-            if !rule.applies(&values) {
-                continue;
-            }
-            let mut buf = KeyBuf::new();
-            let Some(key) = rule.key(&values, &mut buf) else {
-                continue;
-            };
-            let enforced = rule.mode == Mode::Enforce && !dry;
-            let result = if denied.is_some() {
-                rule.limiter.peek(key, now, cost).map(|d| (d, None))
-            } else {
-                rule.limiter
-                    .check(key, now, cost)
-                    .map(|(d, r)| (d, Some(r)))
-            };
-            let (decision, receipt) = match result {
-                Ok(found) => found,
-                Err(error) => {
-                    if !enforced {
-                        // A shadow rule that could never admit this cost would have refused it.
-                        if set.metrics {
-                            rule.counters.count(Outcome::ShadowDenied);
-                        }
-                        shadow_denied = true;
-                        continue;
-                    }
-                    set.refund(&values, &admitted, now, cost);
-                    let capacity = match error {
-                        CheckError::CostExceedsCapacity { capacity, .. } => capacity,
-                        _ => 0,
-                    };
-                    return Err(PolicyError::CostExceedsCapacity {
-                        rule: rule.name,
-                        cost,
-                        capacity,
-                    });
-                }
-            };
-            let (decision, wait) = rule.shown(decision);
-            if let Some(outcomes) = outcomes.as_deref_mut() {
-                outcomes.push(RuleOutcome {
-                    rule: rule.name,
-                    enforced,
-                    decision,
-                    quota: rule.quota_for(key),
-                });
-            }
-            if decision.is_allowed() {
-                if let Some(receipt) = receipt.filter(|_| cost > 0) {
-                    admitted.push((i, receipt));
-                }
-                if set.metrics {
-                    rule.counters.count(Outcome::Allowed);
-                    if decision.remaining() <= rule.near {
-                        rule.counters.count(Outcome::NearLimit);
-                    }
-                }
-                if enforced {
-                    delay = delay.max(wait);
-                    let tighter = tightest.is_none_or(|(_, best)| {
-                        (
-                            decision.remaining(),
-                            std::cmp::Reverse(decision.reset_after()),
-                        ) < (best.remaining(), std::cmp::Reverse(best.reset_after()))
-                    });
-                    if tighter {
-                        tightest = Some((i, decision));
-                    }
-                }
-            } else if enforced {
-                if set.metrics {
-                    rule.counters.count(Outcome::Denied);
-                }
-                let longer =
-                    denied.is_none_or(|(_, worst)| decision.retry_after() > worst.retry_after());
-                if longer {
-                    denied = Some((i, decision));
-                }
-            } else {
-                if set.metrics {
-                    rule.counters.count(Outcome::ShadowDenied);
-                }
-                shadow_denied = true;
-            }
-        }
-        let (deciding, decision, delay) = match (denied, tightest) {
-            (Some((i, decision)), _) => {
-                set.refund(&values, &admitted, now, cost);
-                (Some(i), decision, Duration::ZERO)
-            }
-            (None, Some((i, decision))) => (Some(i), decision, delay),
-            (None, None) => (
-                None,
-                Decision::Allowed {
-                    remaining: u64::MAX,
-                    reset_after: Duration::ZERO,
-                },
-                Duration::ZERO,
-            ),
-        };
-        let (rule, quota, next) = match deciding {
-            Some(i) => {
-                let rule = &set.rules[i];
-                let mut buf = KeyBuf::new();
-                let key = rule.key(&values, &mut buf);
-                let quota = key.map(|key| rule.quota_for(key));
-                let next = match decision {
-                    Decision::Denied { retry_after, .. } => Some(retry_after),
-                    Decision::Allowed { remaining, .. } if want_next => key
-                        .zip(remaining.checked_add(1))
-                        .and_then(|(key, more)| rule.limiter.peek(key, now, more).ok())
-                        .and_then(|peeked| peeked.retry_after()),
-                    Decision::Allowed { .. } => None,
-                };
-                (Some(rule.name), quota, next)
-            }
-            None => (None, None, None),
-        };
-        Ok((
-            PolicyDecision {
-                decision,
-                rule,
-                quota,
-                delay,
-                shadow_denied,
-            },
-            next,
-        ))
-    }
 }
 
-impl RuleSet {
-    /// Each descriptor name's value in this request (first occurrence wins).
-    #[inline]
-    fn resolve<'a>(&self, descriptors: &Descriptors<'a>) -> Values<'a> {
-        let mut values: Values<'a> = SmallVec::from_elem(None, self.names.len());
-        for &(name, value) in descriptors {
-            if let Some(i) = self.names.iter().position(|n| **n == *name) {
-                values[i].get_or_insert(value);
-            }
-        }
-        values
-    }
-
-    /// Gives every admission in `admitted` back.
-    fn refund(
-        &self,
-        values: &[Option<&str>],
-        admitted: &[(usize, Receipt)],
-        now: Nanos,
-        cost: u64,
-    ) {
-        for &(i, receipt) in admitted {
-            let rule = &self.rules[i];
-            let mut buf = KeyBuf::new();
-            if let Some(key) = rule.key(values, &mut buf) {
-                rule.limiter.refund(key, now, cost, receipt);
-            }
-        }
-    }
-
+impl Live {
     /// Builds a rule set from a validated config, reusing `old`'s state where identities match.
     /// Nothing shared with `old` is changed unless the whole build succeeds.
     fn build<C: Clock + Clone + 'static>(
         config: PolicyConfig,
         validated: &Validated,
         clock: &C,
-        old: Option<&RuleSet>,
-    ) -> Result<(RuleSet, ReloadReport), ConfigError> {
+        old: Option<&Live>,
+    ) -> Result<(Live, ReloadReport), ConfigError> {
         let mut names: Vec<Box<str>> = Vec::new();
         let mut index_of = |name: &str| match names.iter().position(|n| **n == *name) {
             Some(i) => i,
@@ -821,6 +470,7 @@ impl RuleSet {
         let mut requotas: Vec<(Arc<dyn RuleLimiter>, Quota)> = Vec::new();
         let mut override_plans: Vec<OverridePlan<'_>> = Vec::new();
         let mut rules = Vec::with_capacity(config.rules.len());
+        let mut limiters: Vec<Arc<dyn RuleLimiter>> = Vec::with_capacity(config.rules.len());
         for (rc, valid) in config.rules.iter().zip(&validated.rules) {
             let name = intern(&rc.name);
             let identity = Identity::of(rc, valid.algorithm);
@@ -835,19 +485,21 @@ impl RuleSet {
             let err = |kind| ConfigError::new(Some(&rc.name), "rule", kind);
             let kept = old.and_then(|old| {
                 old.rules
+                    .rules
                     .iter()
-                    .find(|r| r.name == name && r.identity == identity)
+                    .position(|r| r.name == name && r.identity == identity)
+                    .map(|j| (&old.rules.rules[j], &old.store.limiters[j]))
             });
             let (limiter, counters) = match kept {
-                Some(prev) => {
+                Some((prev, prev_limiter)) => {
                     let limiter = if prev.quota == valid.quota {
-                        Arc::clone(&prev.limiter)
-                    } else if let Some(tat) = prev.limiter.shared_tat() {
+                        Arc::clone(prev_limiter)
+                    } else if let Some(tat) = prev_limiter.shared_tat() {
                         // Striped: rebuilt at the predecessor's place on the timeline.
                         Arc::from(limiter::build(&spec, clock, Some(tat)).map_err(err)?)
                     } else {
-                        requotas.push((Arc::clone(&prev.limiter), valid.quota));
-                        Arc::clone(&prev.limiter)
+                        requotas.push((Arc::clone(prev_limiter), valid.quota));
+                        Arc::clone(prev_limiter)
                     };
                     if prev.overrides != overrides {
                         override_plans.push((
@@ -904,15 +556,16 @@ impl RuleSet {
                     .collect(),
                 key: rc.key.iter().map(|d| index_of(d)).collect(),
                 mode: rc.mode,
+                algorithm: valid.algorithm,
                 quota: valid.quota,
                 shown,
                 delay,
                 near: capacity / 5,
                 identity,
                 overrides,
-                limiter,
                 counters,
             });
+            limiters.push(limiter);
         }
         // Everything that can fail has been built. Overrides on kept tables next, with rollback.
         let mut applied: Vec<(Arc<dyn RuleLimiter>, String, Option<Quota>)> = Vec::new();
@@ -932,10 +585,10 @@ impl RuleSet {
                             }
                         }
                     }
-                    let rule = rules
+                    let rule = limiters
                         .iter()
-                        .find(|r| Arc::ptr_eq(&r.limiter, limiter))
-                        .map(|r| r.name);
+                        .position(|l| Arc::ptr_eq(l, limiter))
+                        .map(|j| rules[j].name);
                     return Err(ConfigError::new(
                         rule,
                         "overrides",
@@ -961,18 +614,24 @@ impl RuleSet {
         if let Some(old) = old {
             report.removed = old
                 .rules
+                .rules
                 .iter()
                 .map(|r| r.name)
                 .filter(|name| !report.kept.contains(name))
                 .collect();
         }
         Ok((
-            RuleSet {
-                names: names.into_boxed_slice(),
-                rules: rules.into_boxed_slice(),
-                dry_run: config.dry_run,
-                metrics: config.metrics,
-                config,
+            Live {
+                rules: RuleSet {
+                    names: names.into_boxed_slice(),
+                    rules: rules.into_boxed_slice(),
+                    dry_run: config.dry_run,
+                    metrics: config.metrics,
+                    config,
+                },
+                store: MemoryStore {
+                    limiters: limiters.into_boxed_slice(),
+                },
             },
             report,
         ))
@@ -1010,16 +669,18 @@ impl<C: Clock + Clone + 'static> Policy<C> {
         now: Nanos,
         cost: u64,
     ) -> Option<Result<Decision, CheckError>> {
-        let set = self.current.load();
+        let live = self.current.load();
+        let set = &live.rules;
         let values = set.resolve(descriptors);
-        let rule = set.rules.iter().find(|r| r.name == rule)?;
+        let i = set.rules.iter().position(|r| r.name == rule)?;
+        let rule = &set.rules[i];
         if !rule.applies(&values) {
             return None;
         }
         let mut buf = KeyBuf::new();
         let key = rule.key(&values, &mut buf)?;
         Some(
-            rule.limiter
+            live.store.limiters[i]
                 .peek(key, now, cost)
                 .map(|decision| rule.shown(decision).0),
         )

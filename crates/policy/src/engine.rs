@@ -1,0 +1,332 @@
+//! The decision, written once for every store: each rule that applies to a request is decided for
+//! the request's key, and the outcomes are combined by one [`Tally`].
+//!
+//! * Admitted only if every enforcing rule admits; the rules after the first enforcing denial are
+//!   only peeked (for the longest wait), and every rule that admitted gets its units back, so a
+//!   denied request leaves no trace in any rule's state, on any store.
+//! * A shadow rule (or any rule under dry run) is decided and counted but never denies; a cost it
+//!   could never admit counts as a shadow denial.
+//! * A cost an enforcing rule can never admit is a [`PolicyError`]: what was admitted is given back.
+//! * The deciding rule: the denying one with the longest `retry_after`, else the admitting one with
+//!   the fewest units left (then the latest reset). With no enforcing rule applying: allowed,
+//!   `remaining` = `u64::MAX`.
+//! * Two-stage delay: the longest wait any admitting enforcing rule asks for.
+
+use std::time::Duration;
+
+use smallvec::SmallVec;
+use tollgate_core::{CheckError, Decision, Nanos};
+
+use crate::policy::{Descriptors, PolicyDecision, PolicyError, RuleOutcome};
+use crate::rules::{KeyBuf, Rule, RuleSet, Values};
+use crate::stats::Outcome;
+#[cfg(feature = "redis")]
+use crate::store::AsyncStore;
+use crate::store::{RuleKey, Store};
+
+/// A decision with the `RateLimit` field's `t` when asked for.
+pub(crate) type Decided = (PolicyDecision, Option<Duration>);
+
+/// The running combination of a request's rule outcomes.
+struct Tally<R> {
+    /// Rules that admitted (with what their refund needs), to give back on a denial.
+    admitted: SmallVec<[(usize, R); 8]>,
+    denied: Option<(usize, Decision)>,
+    tightest: Option<(usize, Decision)>,
+    delay: Duration,
+    shadow_denied: bool,
+}
+
+impl<R: Copy> Tally<R> {
+    fn new() -> Self {
+        Tally {
+            admitted: SmallVec::new(),
+            denied: None,
+            tightest: None,
+            delay: Duration::ZERO,
+            shadow_denied: false,
+        }
+    }
+
+    /// Whether an enforcing rule has denied already: the rules after it are only peeked.
+    fn denying(&self) -> bool {
+        self.denied.is_some()
+    }
+
+    /// Takes rule `i`'s outcome into account. `result`: the store's answer (`None`: the store
+    /// failed open, the rule does not apply); the receipt is `None` for a peek.
+    #[allow(clippy::too_many_arguments)]
+    fn record(
+        &mut self,
+        set: &RuleSet,
+        i: usize,
+        at: &RuleKey<'_>,
+        enforced: bool,
+        cost: u64,
+        result: Result<Option<(Decision, Option<R>)>, CheckError>,
+        outcomes: Option<&mut Vec<RuleOutcome>>,
+    ) -> Result<(), PolicyError> {
+        let rule = &set.rules[i];
+        let (decision, receipt) = match result {
+            Ok(Some(found)) => found,
+            Ok(None) => return Ok(()),
+            Err(error) => {
+                if !enforced {
+                    // A shadow rule that could never admit this cost would have refused it.
+                    if set.metrics {
+                        rule.counters.count(Outcome::ShadowDenied);
+                    }
+                    self.shadow_denied = true;
+                    return Ok(());
+                }
+                let capacity = match error {
+                    CheckError::CostExceedsCapacity { capacity, .. } => capacity,
+                    _ => 0,
+                };
+                return Err(PolicyError::CostExceedsCapacity {
+                    rule: rule.name,
+                    cost,
+                    capacity,
+                });
+            }
+        };
+        let (decision, wait) = rule.shown(decision);
+        if let Some(outcomes) = outcomes {
+            outcomes.push(RuleOutcome {
+                rule: rule.name,
+                enforced,
+                decision,
+                quota: shown_quota(rule, at),
+            });
+        }
+        if set.metrics {
+            rule.count(enforced, &decision);
+        }
+        if decision.is_allowed() {
+            if let Some(receipt) = receipt.filter(|_| cost > 0) {
+                self.admitted.push((i, receipt));
+            }
+            if enforced {
+                self.delay = self.delay.max(wait);
+                let tighter = self.tightest.is_none_or(|(_, best)| {
+                    (
+                        decision.remaining(),
+                        std::cmp::Reverse(decision.reset_after()),
+                    ) < (best.remaining(), std::cmp::Reverse(best.reset_after()))
+                });
+                if tighter {
+                    self.tightest = Some((i, decision));
+                }
+            }
+        } else if enforced {
+            let longer = self
+                .denied
+                .is_none_or(|(_, worst)| decision.retry_after() > worst.retry_after());
+            if longer {
+                self.denied = Some((i, decision));
+            }
+        } else {
+            self.shadow_denied = true;
+        }
+        Ok(())
+    }
+
+    /// The deciding rule (if any), the decision, the delay and whether the admissions must be
+    /// given back.
+    fn finish(&self) -> (Option<usize>, Decision, Duration) {
+        match (self.denied, self.tightest) {
+            (Some((i, decision)), _) => (Some(i), decision, Duration::ZERO),
+            (None, Some((i, decision))) => (Some(i), decision, self.delay),
+            (None, None) => (
+                None,
+                Decision::Allowed {
+                    remaining: u64::MAX,
+                    reset_after: Duration::ZERO,
+                },
+                Duration::ZERO,
+            ),
+        }
+    }
+}
+
+/// The quota a rule shows for this key (a delayed rule shows its configured burst).
+fn shown_quota(rule: &Rule, at: &RuleKey<'_>) -> tollgate_core::Quota {
+    if rule.delay.is_some() {
+        rule.shown
+    } else {
+        at.quota
+    }
+}
+
+/// Rule `i`'s key for this request, if the rule applies.
+#[inline]
+fn rule_key<'a>(
+    set: &RuleSet,
+    i: usize,
+    values: &[Option<&'a str>],
+    buf: &'a mut KeyBuf,
+) -> Option<RuleKey<'a>> {
+    let rule = &set.rules[i];
+    if !rule.applies(values) {
+        return None;
+    }
+    let key = rule.key(values, buf)?;
+    Some(RuleKey {
+        index: i,
+        rule: rule.name,
+        algorithm: rule.algorithm,
+        quota: rule.effective_for(key),
+        key,
+        composite: rule.key.len() > 1,
+    })
+}
+
+fn answer(
+    set: &RuleSet,
+    tally_result: (Option<usize>, Decision, Duration),
+    at: Option<RuleKey<'_>>,
+    shadow_denied: bool,
+    next: Option<Duration>,
+) -> Decided {
+    let (deciding, decision, delay) = tally_result;
+    let rule = deciding.map(|i| &set.rules[i]);
+    let next = match decision {
+        Decision::Denied { retry_after, .. } if rule.is_some() => Some(retry_after),
+        _ => next,
+    };
+    (
+        PolicyDecision {
+            decision,
+            rule: rule.map(|r| r.name),
+            quota: rule.zip(at.as_ref()).map(|(r, at)| shown_quota(r, at)),
+            delay,
+            shadow_denied,
+        },
+        next,
+    )
+}
+
+/// Decides a request against an in-process store at `now`.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub(crate) fn decide<S: Store>(
+    set: &RuleSet,
+    store: &S,
+    descriptors: &Descriptors<'_>,
+    dry: bool,
+    now: Nanos,
+    cost: u64,
+    mut outcomes: Option<&mut Vec<RuleOutcome>>,
+    want_next: bool,
+) -> Result<Decided, PolicyError> {
+    let values = set.resolve(descriptors);
+    let mut tally: Tally<S::Receipt> = Tally::new();
+    for i in 0..set.rules.len() {
+        let mut buf = KeyBuf::new();
+        let Some(at) = rule_key(set, i, &values, &mut buf) else {
+            continue;
+        };
+        let enforced = set.rules[i].enforced(dry);
+        let result = if tally.denying() {
+            store.peek(&at, now, cost).map(|d| d.map(|d| (d, None)))
+        } else {
+            store
+                .check(&at, now, cost)
+                .map(|d| d.map(|(d, r)| (d, Some(r))))
+        };
+        let recorded = tally.record(set, i, &at, enforced, cost, result, outcomes.as_deref_mut());
+        if let Err(error) = recorded {
+            refund(set, store, &values, &tally.admitted, now, cost);
+            return Err(error);
+        }
+    }
+    let finished = tally.finish();
+    if tally.denying() {
+        refund(set, store, &values, &tally.admitted, now, cost);
+    }
+    let mut buf = KeyBuf::new();
+    let at = finished.0.and_then(|i| rule_key(set, i, &values, &mut buf));
+    let next = match (&at, finished.1) {
+        (Some(at), decision @ Decision::Allowed { .. }) if want_next => {
+            store.next_unit(at, now, &decision)
+        }
+        _ => None,
+    };
+    Ok(answer(set, finished, at, tally.shadow_denied, next))
+}
+
+fn refund<S: Store>(
+    set: &RuleSet,
+    store: &S,
+    values: &Values<'_>,
+    admitted: &[(usize, S::Receipt)],
+    now: Nanos,
+    cost: u64,
+) {
+    for &(i, receipt) in admitted {
+        let mut buf = KeyBuf::new();
+        if let Some(at) = rule_key(set, i, values, &mut buf) {
+            store.refund(&at, now, cost, receipt);
+        }
+    }
+}
+
+#[cfg(feature = "redis")]
+/// Decides a request against a store behind a round trip (the store's clock). The same semantics
+/// as [`decide`]: one rule at a time, the admissions given back on a denial.
+pub(crate) async fn decide_async<S: AsyncStore>(
+    set: &RuleSet,
+    store: &S,
+    descriptors: &Descriptors<'_>,
+    dry: bool,
+    cost: u64,
+) -> Result<Decided, PolicyError> {
+    let values = set.resolve(descriptors);
+    let mut tally: Tally<S::Receipt> = Tally::new();
+    for i in 0..set.rules.len() {
+        let mut buf = KeyBuf::new();
+        let Some(at) = rule_key(set, i, &values, &mut buf) else {
+            continue;
+        };
+        let enforced = set.rules[i].enforced(dry);
+        let result = if tally.denying() {
+            store.peek(&at, cost).await.map(|d| d.map(|d| (d, None)))
+        } else {
+            store
+                .check(&at, cost)
+                .await
+                .map(|d| d.map(|(d, r)| (d, Some(r))))
+        };
+        if let Err(error) = tally.record(set, i, &at, enforced, cost, result, None) {
+            refund_async(set, store, &values, &tally.admitted, cost).await;
+            return Err(error);
+        }
+    }
+    let finished = tally.finish();
+    if tally.denying() {
+        refund_async(set, store, &values, &tally.admitted, cost).await;
+    }
+    let mut buf = KeyBuf::new();
+    let at = finished.0.and_then(|i| rule_key(set, i, &values, &mut buf));
+    let next = match (&at, finished.1) {
+        (Some(at), decision @ Decision::Allowed { .. }) => store.next_unit(at, &decision),
+        _ => None,
+    };
+    Ok(answer(set, finished, at, tally.shadow_denied, next))
+}
+
+#[cfg(feature = "redis")]
+async fn refund_async<S: AsyncStore>(
+    set: &RuleSet,
+    store: &S,
+    values: &Values<'_>,
+    admitted: &[(usize, S::Receipt)],
+    cost: u64,
+) {
+    for &(i, receipt) in admitted {
+        let mut buf = KeyBuf::new();
+        if let Some(at) = rule_key(set, i, values, &mut buf) {
+            store.refund(&at, cost, receipt).await;
+        }
+    }
+}

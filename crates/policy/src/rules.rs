@@ -1,0 +1,202 @@
+//! The compiled rule set: everything validation works out, read once, and no storage. Matching,
+//! key building, the effective and the shown quota, override tiers and the two-stage delay live
+//! here; where a rule's state is kept is a [store](crate::store)'s business.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use smallvec::SmallVec;
+use tollgate_core::{Decision, Nanos, Quota};
+
+use crate::config::{AlgorithmKind, MatchSpec, Mode, PolicyConfig, RuleConfig, Storage};
+use crate::policy::Descriptors;
+use crate::stats::{Counters, Outcome};
+
+/// Each descriptor name's value in one request, indexed as [`RuleSet::names`].
+pub(crate) type Values<'a> = SmallVec<[Option<&'a str>; 8]>;
+/// Scratch for a composite key.
+pub(crate) type KeyBuf = SmallVec<[u8; 128]>;
+
+/// The rules decisions read: built once per load or reload, never changed afterwards.
+pub(crate) struct RuleSet {
+    /// Descriptor names the rules use; rules refer to them by index.
+    pub(crate) names: Box<[Box<str>]>,
+    pub(crate) rules: Box<[Rule]>,
+    pub(crate) dry_run: bool,
+    pub(crate) metrics: bool,
+    pub(crate) config: PolicyConfig,
+}
+
+/// One compiled rule.
+pub(crate) struct Rule {
+    pub(crate) name: &'static str,
+    pub(crate) matches: Box<[(usize, MatchSpec)]>,
+    pub(crate) key: Box<[usize]>,
+    pub(crate) mode: Mode,
+    pub(crate) algorithm: AlgorithmKind,
+    /// The effective quota (a delay's extra depth included).
+    pub(crate) quota: Quota,
+    /// The quota as configured, for decisions and headers.
+    pub(crate) shown: Quota,
+    /// Two-stage delay: extra units beyond the burst, and the burst's depth in nanoseconds.
+    pub(crate) delay: Option<(u64, Nanos)>,
+    /// `remaining` at or below this is near the limit (20 % of the default capacity).
+    pub(crate) near: u64,
+    pub(crate) identity: Identity,
+    /// Override quotas by key value (single-descriptor keys only).
+    pub(crate) overrides: HashMap<String, Quota>,
+    pub(crate) counters: Arc<Counters>,
+}
+
+/// What must stay the same for a rule's state to carry over a reload.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Identity {
+    pub(crate) key: Vec<String>,
+    pub(crate) algorithm: AlgorithmKind,
+    pub(crate) storage: Storage,
+    pub(crate) capacity: Option<usize>,
+    pub(crate) stripes: Option<usize>,
+    /// Window algorithms: the window length (their state layout depends on it).
+    pub(crate) window: Option<Duration>,
+}
+
+impl Identity {
+    pub(crate) fn of(rule: &RuleConfig, algorithm: AlgorithmKind) -> Self {
+        Identity {
+            key: rule.key.clone(),
+            algorithm,
+            storage: rule.storage,
+            capacity: rule.capacity,
+            stripes: rule.stripes,
+            window: (!algorithm.is_bucket()).then_some(rule.period),
+        }
+    }
+}
+
+/// Rule names live for the process: decisions hand out `&'static str` without a reference count.
+/// One allocation per distinct name ever configured.
+pub(crate) fn intern(name: &str) -> &'static str {
+    static NAMES: OnceLock<Mutex<HashSet<&'static str>>> = OnceLock::new();
+    let mut names = NAMES
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(&name) = names.get(name) {
+        return name;
+    }
+    let leaked: &'static str = Box::leak(name.to_owned().into_boxed_str());
+    names.insert(leaked);
+    leaked
+}
+
+impl Rule {
+    #[inline]
+    pub(crate) fn applies(&self, values: &[Option<&str>]) -> bool {
+        self.matches
+            .iter()
+            .all(|(i, spec)| values[*i].is_some_and(|v| spec.matches(v)))
+    }
+
+    /// Whether this rule's denials count for the request (not shadow, not a dry run).
+    #[inline]
+    pub(crate) fn enforced(&self, dry: bool) -> bool {
+        self.mode == Mode::Enforce && !dry
+    }
+
+    /// The key bytes: nothing for a global rule, the value for one descriptor, and length-prefixed
+    /// values for several (so no two tuples share an encoding). `None`: a key descriptor is missing.
+    #[inline]
+    pub(crate) fn key<'a>(
+        &self,
+        values: &[Option<&'a str>],
+        buf: &'a mut KeyBuf,
+    ) -> Option<&'a [u8]> {
+        match *self.key {
+            [] => Some(&[]),
+            [one] => values[one].map(str::as_bytes),
+            ref many => {
+                buf.clear();
+                for &i in many {
+                    let value = values[i]?;
+                    let len = u32::try_from(value.len()).unwrap_or(u32::MAX);
+                    buf.extend_from_slice(&len.to_le_bytes());
+                    buf.extend_from_slice(value.as_bytes());
+                }
+                Some(&buf[..])
+            }
+        }
+    }
+
+    /// The decision as configured (a delayed rule's extra depth taken off `remaining`), and the wait.
+    #[inline]
+    pub(crate) fn shown(&self, decision: Decision) -> (Decision, Duration) {
+        match (self.delay, decision) {
+            (
+                Some((extra, depth)),
+                Decision::Allowed {
+                    remaining,
+                    reset_after,
+                },
+            ) => {
+                let wait = reset_after.saturating_sub(Duration::from_nanos(depth));
+                (
+                    Decision::Allowed {
+                        remaining: remaining.saturating_sub(extra),
+                        reset_after,
+                    },
+                    wait,
+                )
+            }
+            _ => (decision, Duration::ZERO),
+        }
+    }
+
+    /// The override quota for this key, if it has one.
+    #[inline]
+    pub(crate) fn override_for(&self, key: &[u8]) -> Option<Quota> {
+        if self.overrides.is_empty() {
+            return None;
+        }
+        std::str::from_utf8(key)
+            .ok()
+            .and_then(|value| self.overrides.get(value))
+            .copied()
+    }
+
+    /// The quota this key is limited by, as a store must apply it: its override, or the effective
+    /// quota (a delay's extra depth included).
+    #[inline]
+    pub(crate) fn effective_for(&self, key: &[u8]) -> Quota {
+        self.override_for(key).unwrap_or(self.quota)
+    }
+
+    /// Counts one of this rule's own decisions.
+    #[inline]
+    pub(crate) fn count(&self, enforced: bool, decision: &Decision) {
+        match decision {
+            Decision::Allowed { remaining, .. } => {
+                self.counters.count(Outcome::Allowed);
+                if *remaining <= self.near {
+                    self.counters.count(Outcome::NearLimit);
+                }
+            }
+            Decision::Denied { .. } if enforced => self.counters.count(Outcome::Denied),
+            Decision::Denied { .. } => self.counters.count(Outcome::ShadowDenied),
+        }
+    }
+}
+
+impl RuleSet {
+    /// Each descriptor name's value in this request (first occurrence wins).
+    #[inline]
+    pub(crate) fn resolve<'a>(&self, descriptors: &Descriptors<'a>) -> Values<'a> {
+        let mut values: Values<'a> = SmallVec::from_elem(None, self.names.len());
+        for &(name, value) in descriptors {
+            if let Some(i) = self.names.iter().position(|n| **n == *name) {
+                values[i].get_or_insert(value);
+            }
+        }
+        values
+    }
+}

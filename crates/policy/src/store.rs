@@ -1,0 +1,133 @@
+//! Where rules keep their state. The engine ([`crate::engine`]) decides every request against one
+//! store through these traits, so the rule semantics (atomic over a request's rules, shadow, the
+//! two-stage delay, which rule decides) are written once:
+//!
+//! * [`Store`]: in-process state answered synchronously ([`MemoryStore`]: keyed tables, atomic
+//!   words and striped limiters, one per rule).
+//! * [`AsyncStore`]: state behind a network round trip (Redis, per request or leased; the
+//!   `redis` feature).
+//!
+//! Both decide one rule for one key at a time with check / peek / refund. A store that cannot
+//! answer (Redis down) applies its own failure policy: a denial (fail closed) or `None` (fail
+//! open: the rule does not apply to this request).
+
+#[cfg(feature = "redis")]
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tollgate_core::{CheckError, Decision, Nanos, Quota};
+
+use crate::config::AlgorithmKind;
+use crate::limiter::{Receipt, RuleLimiter};
+
+/// One rule applied to one request's key: what a store decides against.
+#[derive(Clone, Copy, Debug)]
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
+pub(crate) struct RuleKey<'a> {
+    /// The rule's position in its rule set: stores index their per-rule state by it.
+    pub index: usize,
+    /// The rule's name.
+    pub rule: &'static str,
+    /// Its algorithm.
+    pub algorithm: AlgorithmKind,
+    /// The quota for this key: its override, or the rule's effective quota.
+    pub quota: Quota,
+    /// The key bytes: empty for a global rule; length-prefixed values when `composite`.
+    pub key: &'a [u8],
+    /// Whether the key is made of several descriptors (binary, not always UTF-8).
+    pub composite: bool,
+}
+
+/// In-process state, answered without waiting.
+pub(crate) trait Store {
+    /// What a refund needs besides the key.
+    type Receipt: Copy;
+    /// Decides `cost` units and records an admission.
+    fn check(
+        &self,
+        at: &RuleKey<'_>,
+        now: Nanos,
+        cost: u64,
+    ) -> Result<Option<(Decision, Self::Receipt)>, CheckError>;
+    /// Decides `cost` units without recording anything.
+    fn peek(&self, at: &RuleKey<'_>, now: Nanos, cost: u64)
+    -> Result<Option<Decision>, CheckError>;
+    /// Gives an admission of `cost` units back.
+    fn refund(&self, at: &RuleKey<'_>, now: Nanos, cost: u64, receipt: Self::Receipt);
+    /// How long until more than an admission's `remaining` units pass (the `RateLimit` field's
+    /// `t`); `None` when unknown or not limited.
+    fn next_unit(&self, at: &RuleKey<'_>, now: Nanos, decision: &Decision) -> Option<Duration>;
+}
+
+#[cfg(feature = "redis")]
+/// State behind a round trip. The same contract as [`Store`], with the store's own clock.
+pub(crate) trait AsyncStore: Sync {
+    /// What a refund needs besides the key.
+    type Receipt: Copy + Send + Sync;
+    /// As [`Store::check`].
+    fn check(
+        &self,
+        at: &RuleKey<'_>,
+        cost: u64,
+    ) -> impl Future<Output = Result<Option<(Decision, Self::Receipt)>, CheckError>> + Send;
+    /// As [`Store::peek`].
+    fn peek(
+        &self,
+        at: &RuleKey<'_>,
+        cost: u64,
+    ) -> impl Future<Output = Result<Option<Decision>, CheckError>> + Send;
+    /// As [`Store::refund`].
+    fn refund(
+        &self,
+        at: &RuleKey<'_>,
+        cost: u64,
+        receipt: Self::Receipt,
+    ) -> impl Future<Output = ()> + Send;
+    /// As [`Store::next_unit`], from the admission alone (no round trip).
+    fn next_unit(&self, at: &RuleKey<'_>, decision: &Decision) -> Option<Duration>;
+}
+
+/// In-process state: one limiter per rule (a bounded keyed table, an atomic word or a striped
+/// limiter), indexed like the rule set.
+pub(crate) struct MemoryStore {
+    pub(crate) limiters: Box<[Arc<dyn RuleLimiter>]>,
+}
+
+impl Store for MemoryStore {
+    type Receipt = Receipt;
+
+    #[inline]
+    fn check(
+        &self,
+        at: &RuleKey<'_>,
+        now: Nanos,
+        cost: u64,
+    ) -> Result<Option<(Decision, Receipt)>, CheckError> {
+        self.limiters[at.index].check(at.key, now, cost).map(Some)
+    }
+
+    #[inline]
+    fn peek(
+        &self,
+        at: &RuleKey<'_>,
+        now: Nanos,
+        cost: u64,
+    ) -> Result<Option<Decision>, CheckError> {
+        self.limiters[at.index].peek(at.key, now, cost).map(Some)
+    }
+
+    #[inline]
+    fn refund(&self, at: &RuleKey<'_>, now: Nanos, cost: u64, receipt: Receipt) {
+        self.limiters[at.index].refund(at.key, now, cost, receipt);
+    }
+
+    #[inline]
+    fn next_unit(&self, at: &RuleKey<'_>, now: Nanos, decision: &Decision) -> Option<Duration> {
+        let more = decision.remaining().checked_add(1)?;
+        self.limiters[at.index]
+            .peek(at.key, now, more)
+            .ok()
+            .and_then(|peeked| peeked.retry_after())
+    }
+}
