@@ -36,6 +36,7 @@ mod config;
 mod engine;
 mod limiter;
 mod policy;
+mod reload;
 mod reloadable;
 mod rules;
 mod stats;
@@ -46,6 +47,7 @@ pub use config::{
     AlgorithmKind, ConfigError, ConfigErrorKind, DelayConfig, MatchSpec, Mode, OverrideConfig,
     PolicyConfig, RuleConfig, Storage, Validated,
 };
-pub use policy::{Descriptors, Policy, PolicyDecision, PolicyError, ReloadReport, RuleOutcome};
+pub use policy::{Descriptors, Policy, PolicyDecision, PolicyError, RuleOutcome};
+pub use reload::ReloadReport;
 pub use reloadable::Reloadable;
 pub use stats::{PolicySnapshot, RuleStats};

@@ -9,8 +9,9 @@ use std::time::Duration;
 use smallvec::SmallVec;
 use tollgate_core::{Decision, Nanos, Quota};
 
-use crate::config::{AlgorithmKind, MatchSpec, Mode, PolicyConfig, RuleConfig, Storage};
+use crate::config::{AlgorithmKind, MatchSpec, Mode, PolicyConfig};
 use crate::policy::Descriptors;
+use crate::reload::Identity;
 use crate::stats::{Counters, Outcome};
 
 /// Each descriptor name's value in one request, indexed as [`RuleSet::names`].
@@ -47,31 +48,6 @@ pub(crate) struct Rule {
     /// Override quotas by key value (single-descriptor keys only).
     pub(crate) overrides: HashMap<String, Quota>,
     pub(crate) counters: Arc<Counters>,
-}
-
-/// What must stay the same for a rule's state to carry over a reload.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Identity {
-    pub(crate) key: Vec<String>,
-    pub(crate) algorithm: AlgorithmKind,
-    pub(crate) storage: Storage,
-    pub(crate) capacity: Option<usize>,
-    pub(crate) stripes: Option<usize>,
-    /// Window algorithms: the window length (their state layout depends on it).
-    pub(crate) window: Option<Duration>,
-}
-
-impl Identity {
-    pub(crate) fn of(rule: &RuleConfig, algorithm: AlgorithmKind) -> Self {
-        Identity {
-            key: rule.key.clone(),
-            algorithm,
-            storage: rule.storage,
-            capacity: rule.capacity,
-            stripes: rule.stripes,
-            window: (!algorithm.is_bucket()).then_some(rule.period),
-        }
-    }
 }
 
 /// Rule names live for the process: decisions hand out `&'static str` without a reference count.
