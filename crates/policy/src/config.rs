@@ -361,6 +361,21 @@ impl PolicyConfig {
     /// # Errors
     /// The first problem found, naming the rule and field.
     pub fn validate(&self) -> Result<Validated, ConfigError> {
+        self.validate_with(true)
+    }
+
+    /// [`validate`](Self::validate) for a store that keeps no in-process tables
+    /// ([`RedisPolicy`](crate::RedisPolicy)): keyed rules need no `capacity`, and one given is
+    /// ignored.
+    ///
+    /// # Errors
+    /// As [`validate`](Self::validate).
+    #[cfg(feature = "redis")]
+    pub fn validate_shared(&self) -> Result<Validated, ConfigError> {
+        self.validate_with(false)
+    }
+
+    fn validate_with(&self, in_process: bool) -> Result<Validated, ConfigError> {
         let mut names = HashSet::new();
         let mut rules = Vec::with_capacity(self.rules.len());
         for rule in &self.rules {
@@ -389,7 +404,7 @@ impl PolicyConfig {
                 }
             }
             let keyed = !rule.key.is_empty();
-            if keyed != rule.capacity.is_some() {
+            if in_process && keyed != rule.capacity.is_some() {
                 return Err(ConfigError::new(
                     name,
                     "capacity",

@@ -279,6 +279,7 @@ pub(crate) async fn decide_async<S: AsyncStore>(
     store: &S,
     descriptors: &Descriptors<'_>,
     dry: bool,
+    now: Option<Nanos>,
     cost: u64,
 ) -> Result<Decided, PolicyError> {
     let values = set.resolve(descriptors);
@@ -290,21 +291,24 @@ pub(crate) async fn decide_async<S: AsyncStore>(
         };
         let enforced = set.rules[i].enforced(dry);
         let result = if tally.denying() {
-            store.peek(&at, cost).await.map(|d| d.map(|d| (d, None)))
+            store
+                .peek(&at, now, cost)
+                .await
+                .map(|d| d.map(|d| (d, None)))
         } else {
             store
-                .check(&at, cost)
+                .check(&at, now, cost)
                 .await
                 .map(|d| d.map(|(d, r)| (d, Some(r))))
         };
         if let Err(error) = tally.record(set, i, &at, enforced, cost, result, None) {
-            refund_async(set, store, &values, &tally.admitted, cost).await;
+            refund_async(set, store, &values, &tally.admitted, now, cost).await;
             return Err(error);
         }
     }
     let finished = tally.finish();
     if tally.denying() {
-        refund_async(set, store, &values, &tally.admitted, cost).await;
+        refund_async(set, store, &values, &tally.admitted, now, cost).await;
     }
     let mut buf = KeyBuf::new();
     let at = finished.0.and_then(|i| rule_key(set, i, &values, &mut buf));
@@ -321,12 +325,13 @@ async fn refund_async<S: AsyncStore>(
     store: &S,
     values: &Values<'_>,
     admitted: &[(usize, S::Receipt)],
+    now: Option<Nanos>,
     cost: u64,
 ) {
     for &(i, receipt) in admitted {
         let mut buf = KeyBuf::new();
         if let Some(at) = rule_key(set, i, values, &mut buf) {
-            store.refund(&at, cost, receipt).await;
+            store.refund(&at, now, cost, receipt).await;
         }
     }
 }

@@ -36,6 +36,8 @@ mod config;
 mod engine;
 mod limiter;
 mod policy;
+#[cfg(feature = "redis")]
+mod redis_store;
 mod reload;
 mod reloadable;
 mod rules;
@@ -48,6 +50,8 @@ pub use config::{
     PolicyConfig, RuleConfig, Storage, Validated,
 };
 pub use policy::{Descriptors, Policy, PolicyDecision, PolicyError, RuleOutcome};
+#[cfg(feature = "redis")]
+pub use redis_store::{RedisPolicy, RedisSettings};
 pub use reload::ReloadReport;
 pub use reloadable::Reloadable;
 pub use stats::{PolicySnapshot, RuleStats};

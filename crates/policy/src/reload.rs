@@ -9,7 +9,6 @@ use tollgate_core::{Clock, Quota};
 
 use crate::config::{
     AlgorithmKind, ConfigError, ConfigErrorKind, PolicyConfig, RuleConfig, Storage, Validated,
-    delay_units,
 };
 use crate::limiter::{self, RuleLimiter, Spec};
 use crate::policy::{Live, Policy};
@@ -174,39 +173,14 @@ impl Live {
                     )
                 }
             };
-            let shown = match rc.delay {
-                Some(_) => tollgate_core::Quota::per(rc.period, rc.limit)
-                    .and_then(|q| rc.burst.map_or(Ok(q), |b| q.with_burst(b)))
-                    .map_err(|e| {
-                        ConfigError::new(Some(&rc.name), "limit", ConfigErrorKind::Quota(e))
-                    })?,
-                None => valid.quota,
-            };
-            let delay = rc
-                .delay
-                .map(|d| (delay_units(&shown, d.max_delay), shown.burst_nanos()));
-            let capacity = match valid.algorithm {
-                AlgorithmKind::Gcra | AlgorithmKind::LeakyBucket => shown.burst(),
-                _ => shown.limit(),
-            };
-            rules.push(Rule {
-                name,
-                matches: rc
-                    .matches
-                    .iter()
-                    .map(|(d, spec)| (index_of(d), spec.clone()))
-                    .collect(),
-                key: rc.key.iter().map(|d| index_of(d)).collect(),
-                mode: rc.mode,
-                algorithm: valid.algorithm,
-                quota: valid.quota,
-                shown,
-                delay,
-                near: capacity / 5,
+            rules.push(Rule::compile(
+                rc,
+                valid,
+                &mut index_of,
                 identity,
                 overrides,
                 counters,
-            });
+            )?);
             limiters.push(limiter);
         }
         // Everything that can fail has been built. Overrides on kept tables next, with rollback.

@@ -9,7 +9,10 @@ use std::time::Duration;
 use smallvec::SmallVec;
 use tollgate_core::{Decision, Nanos, Quota};
 
-use crate::config::{AlgorithmKind, MatchSpec, Mode, PolicyConfig};
+use crate::config::{
+    AlgorithmKind, ConfigError, ConfigErrorKind, MatchSpec, Mode, PolicyConfig, RuleConfig,
+    ValidRule, delay_units,
+};
 use crate::policy::Descriptors;
 use crate::reload::Identity;
 use crate::stats::{Counters, Outcome};
@@ -67,6 +70,50 @@ pub(crate) fn intern(name: &str) -> &'static str {
 }
 
 impl Rule {
+    /// Compiles one validated rule; `index_of` numbers the descriptor names of its rule set.
+    pub(crate) fn compile(
+        rc: &RuleConfig,
+        valid: &ValidRule,
+        index_of: &mut impl FnMut(&str) -> usize,
+        identity: Identity,
+        overrides: HashMap<String, Quota>,
+        counters: Arc<Counters>,
+    ) -> Result<Rule, ConfigError> {
+        let shown = match rc.delay {
+            Some(_) => Quota::per(rc.period, rc.limit)
+                .and_then(|q| rc.burst.map_or(Ok(q), |b| q.with_burst(b)))
+                .map_err(|e| {
+                    ConfigError::new(Some(&rc.name), "limit", ConfigErrorKind::Quota(e))
+                })?,
+            None => valid.quota,
+        };
+        let delay = rc
+            .delay
+            .map(|d| (delay_units(&shown, d.max_delay), shown.burst_nanos()));
+        let capacity = match valid.algorithm {
+            AlgorithmKind::Gcra | AlgorithmKind::LeakyBucket => shown.burst(),
+            _ => shown.limit(),
+        };
+        Ok(Rule {
+            name: intern(&rc.name),
+            matches: rc
+                .matches
+                .iter()
+                .map(|(d, spec)| (index_of(d), spec.clone()))
+                .collect(),
+            key: rc.key.iter().map(|d| index_of(d)).collect(),
+            mode: rc.mode,
+            algorithm: valid.algorithm,
+            quota: valid.quota,
+            shown,
+            delay,
+            near: capacity / 5,
+            identity,
+            overrides,
+            counters,
+        })
+    }
+
     #[inline]
     pub(crate) fn applies(&self, values: &[Option<&str>]) -> bool {
         self.matches
@@ -164,6 +211,55 @@ impl Rule {
 }
 
 impl RuleSet {
+    /// Compiles `config` with no storage (for a store that keeps state elsewhere), keeping the
+    /// counters of `old`'s rules of the same name and identity.
+    #[cfg(feature = "redis")]
+    pub(crate) fn compile(
+        config: PolicyConfig,
+        validated: &crate::config::Validated,
+        old: Option<&RuleSet>,
+    ) -> Result<RuleSet, ConfigError> {
+        let mut names: Vec<Box<str>> = Vec::new();
+        let mut index_of = |name: &str| match names.iter().position(|n| **n == *name) {
+            Some(i) => i,
+            None => {
+                names.push(name.into());
+                names.len() - 1
+            }
+        };
+        let mut rules = Vec::with_capacity(config.rules.len());
+        for (rc, valid) in config.rules.iter().zip(&validated.rules) {
+            let name = intern(&rc.name);
+            let identity = Identity::of(rc, valid.algorithm);
+            let counters = old
+                .and_then(|old| {
+                    old.rules
+                        .iter()
+                        .find(|r| r.name == name && r.identity == identity)
+                })
+                .map_or_else(
+                    || Arc::new(Counters::new(name, &config.metric_labels)),
+                    |kept| Arc::clone(&kept.counters),
+                );
+            let overrides = valid.overrides.iter().cloned().collect();
+            rules.push(Rule::compile(
+                rc,
+                valid,
+                &mut index_of,
+                identity,
+                overrides,
+                counters,
+            )?);
+        }
+        Ok(RuleSet {
+            names: names.into_boxed_slice(),
+            rules: rules.into_boxed_slice(),
+            dry_run: config.dry_run,
+            metrics: config.metrics,
+            config,
+        })
+    }
+
     /// Each descriptor name's value in this request (first occurrence wins).
     #[inline]
     pub(crate) fn resolve<'a>(&self, descriptors: &Descriptors<'a>) -> Values<'a> {

@@ -61,7 +61,8 @@ pub(crate) trait Store {
 }
 
 #[cfg(feature = "redis")]
-/// State behind a round trip. The same contract as [`Store`], with the store's own clock.
+/// State behind a round trip. The same contract as [`Store`]; `now: None` reads the store's own
+/// clock (Redis's `TIME`), `Some` is for simulation and tests.
 pub(crate) trait AsyncStore: Sync {
     /// What a refund needs besides the key.
     type Receipt: Copy + Send + Sync;
@@ -69,18 +70,21 @@ pub(crate) trait AsyncStore: Sync {
     fn check(
         &self,
         at: &RuleKey<'_>,
+        now: Option<Nanos>,
         cost: u64,
     ) -> impl Future<Output = Result<Option<(Decision, Self::Receipt)>, CheckError>> + Send;
     /// As [`Store::peek`].
     fn peek(
         &self,
         at: &RuleKey<'_>,
+        now: Option<Nanos>,
         cost: u64,
     ) -> impl Future<Output = Result<Option<Decision>, CheckError>> + Send;
     /// As [`Store::refund`].
     fn refund(
         &self,
         at: &RuleKey<'_>,
+        now: Option<Nanos>,
         cost: u64,
         receipt: Self::Receipt,
     ) -> impl Future<Output = ()> + Send;
@@ -124,10 +128,50 @@ impl Store for MemoryStore {
 
     #[inline]
     fn next_unit(&self, at: &RuleKey<'_>, now: Nanos, decision: &Decision) -> Option<Duration> {
+        if let Some(known) = next_unit(at.algorithm, &at.quota, decision) {
+            return known;
+        }
+        // The sliding window's next unit depends on the previous window's weight: ask the slot.
         let more = decision.remaining().checked_add(1)?;
         self.limiters[at.index]
             .peek(at.key, now, more)
             .ok()
             .and_then(|peeked| peeked.retry_after())
+    }
+}
+
+/// How long until more than an admission's `remaining` units pass, worked out from the admission
+/// alone (no second look at the state): `Some(None)` when `remaining + 1` would pass now or never
+/// can, `Some(Some(wait))` otherwise. Exact for the buckets (`reset_after` is how far the bucket
+/// runs ahead of now, so `remaining + 1` units fit once it has drained to
+/// `depth − (remaining + 1) × T`) and for the fixed window (its end). `None` for the sliding window,
+/// whose next unit depends on the previous window's weight.
+#[inline]
+pub(crate) fn next_unit(
+    algorithm: AlgorithmKind,
+    quota: &Quota,
+    decision: &Decision,
+) -> Option<Option<Duration>> {
+    let Decision::Allowed {
+        remaining,
+        reset_after,
+    } = *decision
+    else {
+        return Some(None);
+    };
+    match algorithm {
+        AlgorithmKind::Gcra | AlgorithmKind::LeakyBucket => {
+            let Some(more) = remaining.checked_add(1).filter(|&m| m <= quota.burst()) else {
+                return Some(None);
+            };
+            let interval = u128::from(quota.emission_interval_nanos());
+            let wait = (reset_after.as_nanos() + u128::from(more) * interval)
+                .saturating_sub(u128::from(quota.burst_nanos()));
+            Some((wait > 0).then(|| Duration::from_nanos(u64::try_from(wait).unwrap_or(u64::MAX))))
+        }
+        AlgorithmKind::FixedWindow => {
+            Some((remaining < quota.limit() && !reset_after.is_zero()).then_some(reset_after))
+        }
+        AlgorithmKind::SlidingWindow => None,
     }
 }

@@ -202,3 +202,55 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// The `RateLimit` field's `t` that `check_next_at` works out from the admission alone is what
+    /// a second look at the deciding rule's state says (`peek_rule_at` of `remaining + 1`), for
+    /// every algorithm, a key with an override tier, and a two-stage delay rule.
+    #[test]
+    fn the_next_unit_from_an_admission_is_what_a_peek_says(
+        algorithm in 0..4usize,
+        limit in 1u64..20,
+        period_ms in 1u64..5000,
+        extra_burst in 0u64..10,
+        delay in any::<bool>(),
+        tier in any::<bool>(),
+        steps in proptest::collection::vec((0u64..400, 1u64..4), 1..40),
+    ) {
+        let algorithm = if delay { ALGORITHMS[algorithm % 2] } else { ALGORITHMS[algorithm] };
+        let bucket = algorithm == "gcra" || algorithm == "leaky_bucket";
+        let burst = if bucket { format!("burst = {}\n", limit + extra_burst) } else { String::new() };
+        let delay_line = if delay { "delay = { max_delay = \"2s\" }\n" } else { "" };
+        let overrides = if tier && !delay {
+            "[[overrides]]\nrule = \"r\"\nvalues = [\"vip\"]\nlimit = 7\nperiod = \"3s\"\n"
+        } else {
+            ""
+        };
+        let config = format!(
+            "[[rules]]\nname = \"r\"\nmatch = {{ k = \"any\" }}\nkey = [\"k\"]\nalgorithm = \"{algorithm}\"\n\
+             limit = {limit}\nperiod = \"{period_ms}ms\"\ncapacity = 10\n{burst}{delay_line}{overrides}"
+        );
+        let Ok(config) = PolicyConfig::from_toml(&config) else { return Ok(()) };
+        let Ok(policy) = Policy::with_clock(config, ManualClock::new()) else { return Ok(()) };
+        let request = [("k", if tier { "vip" } else { "plain" })];
+        let mut now = 1_000_000_000u64;
+        for (step_ms, cost) in steps {
+            now += step_ms * 1_000_000;
+            let Ok((decided, next)) = policy.check_next_at(&request, now, cost) else { continue };
+            if !decided.is_allowed() {
+                prop_assert_eq!(next, decided.decision.retry_after());
+                continue;
+            }
+            let more = decided.decision.remaining() + 1;
+            let peeked = match policy.peek_rule_at("r", &request, now, more) {
+                Some(Ok(peeked)) => peeked.retry_after(),
+                // More than the rule can ever admit at once: no next unit.
+                Some(Err(_)) => None,
+                None => unreachable!("the rule applies"),
+            };
+            prop_assert_eq!(next, peeked, "{} after {:?}", algorithm, decided);
+        }
+    }
+}

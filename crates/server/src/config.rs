@@ -27,9 +27,8 @@
 //! backend = { redis = { url = "redis://127.0.0.1:6379/", mode = "per_request", fail = "closed" } }
 //! ```
 //!
-//! With Redis, a descriptor's rules are decided in order and the first enforcing denial stops it;
-//! **admissions by the rules before it are kept** (no refund across rules, unlike the embedded
-//! backend, which decides a descriptor's rules as one).
+//! On Redis as embedded, a descriptor's rules are decided as one: a denial gives back what the
+//! other rules admitted.
 //!
 //! The file is TOML, or YAML when its name ends in `.yaml`/`.yml` (same schema).
 
@@ -112,16 +111,10 @@ pub enum Backend {
     #[default]
     Embedded,
     /// Every rule's state lives in one shared Redis, so replicas pointing at it share each rule's
-    /// quota. Keyed rules need no `capacity` here: the process keeps no state of its own for them
-    /// (the policy it builds only matches requests and builds keys), so a capacity given is
-    /// replaced by [`REDIS_LOCAL_CAPACITY`].
+    /// quota. Keyed rules need no `capacity` here (the process keeps no table for them; one given
+    /// is ignored).
     Redis(RedisBackend),
 }
-
-/// The key table a Redis domain's keyed rule gets in process: never decided against (the state is
-/// in Redis), so as small as a table can usefully be. Without this, a `capacity` sized for the
-/// fleet's keys would allocate that many unused slots (about 23 bytes each) in every replica.
-pub const REDIS_LOCAL_CAPACITY: usize = 64;
 
 /// `backend = { redis = { ... } }`: where and how a domain's rules keep their state in Redis.
 ///
@@ -415,18 +408,13 @@ impl ServerConfig {
         };
         // What the server adds to each domain's policy, here so that every use of `policy` sees it:
         // the domain as a metrics label (two domains may name rules alike; a `domain` label the
-        // config sets itself wins), and a Redis domain's small in-process tables.
+        // config sets itself wins).
         for domain in &mut config.domains {
             domain
                 .policy
                 .metric_labels
                 .entry("domain".to_owned())
                 .or_insert_with(|| domain.name.clone());
-            if matches!(domain.backend, Backend::Redis(_)) {
-                for rule in domain.policy.rules.iter_mut().filter(|r| !r.key.is_empty()) {
-                    rule.capacity = Some(REDIS_LOCAL_CAPACITY);
-                }
-            }
         }
         let mut seen = HashSet::new();
         for domain in &config.domains {
@@ -441,9 +429,11 @@ impl ServerConfig {
                     domain.name
                 )));
             }
-            domain
-                .policy
-                .validate()
+            let valid = match domain.backend {
+                Backend::Embedded => domain.policy.validate(),
+                Backend::Redis(_) => domain.policy.validate_shared(),
+            };
+            valid
                 .map_err(|e| ConfigFileError::Invalid(format!("domain `{}`: {e}", domain.name)))?;
             if let Backend::Redis(redis) = &domain.backend {
                 redis.validate(&domain.policy).map_err(|e| {
@@ -513,7 +503,7 @@ mod tests {
     }
 
     #[test]
-    fn redis_domains_keyed_rules_need_no_capacity_and_keep_no_big_table() {
+    fn redis_domains_keyed_rules_need_no_capacity() {
         let toml = |backend: &str, capacity: &str| {
             format!(
                 "[[domains]]\nname = \"a\"\nbackend = {backend}\n[domains.policy]\n\
@@ -524,11 +514,6 @@ mod tests {
         let redis = r#"{ redis = { url = "redis://127.0.0.1:1/" } }"#;
         for capacity in ["", "capacity = 10000000\n"] {
             let config = ServerConfig::parse(&toml(redis, capacity), false).expect("parses");
-            assert_eq!(
-                config.domains[0].policy.rules[0].capacity,
-                Some(REDIS_LOCAL_CAPACITY),
-                "{capacity:?}"
-            );
             assert_eq!(
                 config.domains[0].policy.metric_labels.get("domain"),
                 Some(&"a".to_owned()),

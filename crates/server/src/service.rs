@@ -8,10 +8,10 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use tollgate_core::Decision;
 use tollgate_http::{FieldValues, PolicyFields};
-use tollgate_policy::{Policy, PolicyDecision, PolicyError};
+use tollgate_policy::{Policy, PolicyDecision, PolicyError, RedisPolicy};
 
 use crate::config::{Backend, ServerConfig};
-use crate::redis_backend::{Connections, RedisRules};
+use crate::redis_backend::{self, Connections};
 use crate::telemetry::DecisionMetrics;
 
 /// Most descriptors one request may carry; more is a malformed request.
@@ -19,16 +19,22 @@ pub const MAX_DESCRIPTORS: usize = 64;
 /// Most entries one descriptor may carry.
 pub const MAX_ENTRIES: usize = 32;
 
+/// A domain's rules and where their state is: the same engine either way.
+pub enum DomainPolicy {
+    /// In this process.
+    Embedded(Policy),
+    /// In a shared Redis ([`crate::redis_backend`]).
+    Redis(RedisPolicy),
+}
+
 /// One domain: its policy and the cache of its header field text.
 pub struct Domain {
     /// The domain's rules and state.
-    pub policy: Policy,
+    pub policy: DomainPolicy,
     /// `RateLimit` / `RateLimit-Policy` text per (rule, quota).
     pub fields: PolicyFields,
     /// Its backend.
     pub backend: Backend,
-    /// The Redis backend's rule limiters (`None`: embedded, the policy holds the state).
-    pub redis: Option<RedisRules>,
     /// Its decision metrics (registered once).
     pub metrics: Arc<DecisionMetrics>,
 }
@@ -127,10 +133,9 @@ impl Limiter {
     /// one policy check, all at one clock reading.
     ///
     /// # Atomicity
-    /// Embedded: all rules that apply to one descriptor are decided as one (the policy engine's
-    /// guarantee: a denial gives back what the other rules admitted). Redis: a descriptor's rules
-    /// are decided in order and the first enforcing denial stops it; admissions of the rules before
-    /// it are kept (see [`crate::redis_backend`]). Across descriptors of one request the
+    /// All rules that apply to one descriptor are decided as one, embedded or on Redis (the policy
+    /// engine's guarantee: a denial gives back what the other rules admitted). Across descriptors
+    /// of one request the
     /// decisions are independent, as in Envoy's reference service: a descriptor admitted keeps its
     /// units even when another descriptor of the same request is over its limit.
     ///
@@ -176,8 +181,8 @@ impl Limiter {
             let Some(dom) = domains.get(domain) else {
                 return Err(CheckError::UnknownDomain(domain.to_owned()));
             };
-            if dom.redis.is_none() {
-                return Ok(embedded(dom, descriptors));
+            if let DomainPolicy::Embedded(policy) = &dom.policy {
+                return Ok(embedded(dom, policy, descriptors));
             }
             // Held across the Redis calls: a reload meanwhile does not pull the rules away.
             Arc::clone(dom)
@@ -186,34 +191,39 @@ impl Limiter {
     }
 }
 
-/// A Redis domain's answer: each descriptor through [`RedisRules::decide`].
+/// A Redis domain's answer: each descriptor through its [`RedisPolicy`].
 async fn on_redis(dom: &Domain, descriptors: &[(Vec<(&str, &str)>, u64)]) -> Answer {
-    let Some(redis) = dom.redis.as_ref() else {
-        return embedded(dom, descriptors);
+    let policy = match &dom.policy {
+        DomainPolicy::Embedded(policy) => return embedded(dom, policy, descriptors),
+        DomainPolicy::Redis(policy) => policy,
     };
-    let mut statuses = Vec::with_capacity(descriptors.len());
-    let mut hints = Vec::with_capacity(descriptors.len());
+    let mut decided = Vec::with_capacity(descriptors.len());
     for (entries, cost) in descriptors {
-        let outcome = redis.decide(&dom.policy, entries, (*cost).max(1)).await;
-        statuses.push(match outcome.result {
-            Ok(d) => Verdict::Decided(d),
-            Err(e) => Verdict::CostTooLarge(e),
-        });
-        hints.push(outcome.next_unit);
+        decided.push(policy.check(entries, (*cost).max(1)).await);
     }
-    answer(dom, statuses, |i, d| {
-        dom.fields
-            .for_rule(d.rule?, d.quota?, &d.decision, hints[i])
-    })
+    answer(dom, decided)
 }
 
 /// An embedded domain's answer: every descriptor through the policy at one clock reading.
-fn embedded(dom: &Domain, descriptors: &[(Vec<(&str, &str)>, u64)]) -> Answer {
-    let now = dom.policy.now();
-    let mut statuses = Vec::with_capacity(descriptors.len());
-    let mut hints = Vec::with_capacity(descriptors.len());
-    for (entries, cost) in descriptors {
-        let verdict = match dom.policy.check_next_at(entries, now, (*cost).max(1)) {
+fn embedded(dom: &Domain, policy: &Policy, descriptors: &[(Vec<(&str, &str)>, u64)]) -> Answer {
+    let now = policy.now();
+    let decided = descriptors
+        .iter()
+        .map(|(entries, cost)| policy.check_next_at(entries, now, (*cost).max(1)))
+        .collect();
+    answer(dom, decided)
+}
+
+/// The answer over every descriptor's decision (with the `RateLimit` field's `t`), with the fields
+/// of the [`deciding`] one.
+fn answer(
+    dom: &Domain,
+    decided: Vec<Result<(PolicyDecision, Option<Duration>), PolicyError>>,
+) -> Answer {
+    let mut hints = Vec::with_capacity(decided.len());
+    let statuses: Vec<Verdict> = decided
+        .into_iter()
+        .map(|result| match result {
             Ok((d, next)) => {
                 hints.push(next);
                 Verdict::Decided(d)
@@ -222,22 +232,11 @@ fn embedded(dom: &Domain, descriptors: &[(Vec<(&str, &str)>, u64)]) -> Answer {
                 hints.push(None);
                 Verdict::CostTooLarge(e)
             }
-        };
-        statuses.push(verdict);
-    }
-    answer(dom, statuses, |i, d| dom.fields.for_decision(d, hints[i]))
-}
-
-/// The answer over every descriptor's verdict, with the fields of the [`deciding`] one, which
-/// `fields` makes (the embedded and Redis paths know `t` in different ways).
-fn answer(
-    dom: &Domain,
-    statuses: Vec<Verdict>,
-    fields: impl FnOnce(usize, &PolicyDecision) -> Option<FieldValues>,
-) -> Answer {
+        })
+        .collect();
     let ok = statuses.iter().all(Verdict::is_ok);
     let fields = deciding(&statuses, ok).and_then(|i| match &statuses[i] {
-        Verdict::Decided(d) => fields(i, d),
+        Verdict::Decided(d) => dom.fields.for_decision(d, hints[i]),
         Verdict::CostTooLarge(_) => None,
     });
     Answer {
@@ -281,42 +280,50 @@ fn build(
     // Build (and so fully check) every new policy before touching a live one.
     let mut fresh = HashMap::new();
     for d in &config.domains {
-        let policy =
-            Policy::new(d.policy.clone()).map_err(|e| format!("domain `{}`: {e}", d.name))?;
-        let redis = match &d.backend {
-            Backend::Embedded => None,
+        let old = current.and_then(|c| c.get(&d.name));
+        let policy = match &d.backend {
+            Backend::Embedded => DomainPolicy::Embedded(
+                Policy::new(d.policy.clone()).map_err(|e| format!("domain `{}`: {e}", d.name))?,
+            ),
             Backend::Redis(settings) => {
-                let old = current
-                    .and_then(|c| c.get(&d.name))
-                    .and_then(|c| c.redis.as_ref());
-                Some(
-                    RedisRules::build(&d.name, settings, &d.policy, connections, old)
+                // Limiters are carried over only onto the same Redis (they keep their connection).
+                let previous = old.and_then(|old| match (&old.backend, &old.policy) {
+                    (Backend::Redis(was), DomainPolicy::Redis(p))
+                        if was.url == settings.url && was.timeout == settings.timeout =>
+                    {
+                        Some(p)
+                    }
+                    _ => None,
+                });
+                DomainPolicy::Redis(
+                    redis_backend::build(&d.name, settings, &d.policy, connections, previous)
                         .map_err(|e| format!("domain `{}`: {e}", d.name))?,
                 )
             }
         };
-        fresh.insert(d.name.clone(), (policy, redis));
+        fresh.insert(d.name.clone(), policy);
     }
     let mut out = HashMap::new();
     for d in &config.domains {
         let built = fresh.remove(&d.name);
         // An embedded domain keeps its policy (its state); a Redis domain's state is in Redis, so
-        // it is rebuilt whole (its limiters reused where unchanged, see `RedisRules::build`).
-        let kept = current
-            .and_then(|c| c.get(&d.name))
-            .filter(|c| c.backend == Backend::Embedded && d.backend == Backend::Embedded);
+        // its policy is rebuilt whole (limiters and counters carried over where unchanged).
+        let kept = current.and_then(|c| c.get(&d.name)).filter(|c| {
+            matches!(c.policy, DomainPolicy::Embedded(_)) && d.backend == Backend::Embedded
+        });
         let domain = match (kept, built) {
             (Some(old), _) => {
-                old.policy
-                    .reload(d.policy.clone())
-                    .map_err(|e| format!("domain `{}`: {e}", d.name))?;
+                if let DomainPolicy::Embedded(policy) = &old.policy {
+                    policy
+                        .reload(d.policy.clone())
+                        .map_err(|e| format!("domain `{}`: {e}", d.name))?;
+                }
                 Arc::clone(old)
             }
-            (None, Some((policy, redis))) => Arc::new(Domain {
+            (None, Some(policy)) => Arc::new(Domain {
                 policy,
                 fields: PolicyFields::new(),
                 backend: d.backend.clone(),
-                redis,
                 metrics: Arc::new(DecisionMetrics::new(&d.name)),
             }),
             (None, None) => return Err(format!("domain `{}` could not be built", d.name)),

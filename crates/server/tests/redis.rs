@@ -126,7 +126,7 @@ async fn two_servers_share_one_quota_exactly_in_per_request_mode() {
     };
     let faults = |s: &Server| {
         let (_, _, text) = s.http("GET", "/metrics", "");
-        metric(&text, "tollgate_server_backend_failures_total", &[])
+        metric(&text, "tollgate_policy_store_failures_total", &[])
     };
     assert_eq!(
         faults(&a) + faults(&b),
@@ -259,7 +259,7 @@ async fn redis_killed_mid_run_gets_the_fail_policy_fast_and_recovers_after_resta
     let circuit_open = |text: &str| {
         metric(
             text,
-            "tollgate_server_backend_failures_total",
+            "tollgate_policy_store_failures_total",
             &["cause=\"circuit_open\""],
         )
     };
@@ -299,7 +299,7 @@ async fn redis_killed_mid_run_gets_the_fail_policy_fast_and_recovers_after_resta
         let a = format!("answer=\"{answer}\"");
         let open_circuit = metric(
             &text,
-            "tollgate_server_backend_failures_total",
+            "tollgate_policy_store_failures_total",
             &[&d, &a, "cause=\"circuit_open\""],
         );
         assert!(
@@ -395,10 +395,10 @@ async fn reload_keeps_the_redis_state_and_a_new_url_gets_a_new_client() {
     assert_eq!(admitted_of(&mut more, 1).await, 0, "still the second Redis");
 }
 
-/// What the docs say holds across several rules on Redis: rules are decided in order and the first
-/// enforcing denial stops; the admissions of the rules before it are kept (no refund).
+/// Several rules on Redis are decided as one, as embedded: a denial gives back what the other rules
+/// admitted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn several_rules_on_redis_are_decided_in_order_and_earlier_admissions_are_kept() {
+async fn several_rules_on_redis_are_decided_as_one_and_a_denial_gives_units_back() {
     let redis = RedisServer::start();
     let dir = temp_dir("redis-rules-in-order");
     let config = format!(
@@ -434,10 +434,9 @@ capacity = 100
         answers.push((is_ok(&r), rule));
     }
     let expect = |ok: bool, rule: &str| (ok, rule.to_owned());
-    // u's third call is denied by `narrow`, but `wide` (decided first) keeps that unit: after
-    // u's three and v's two, `wide` has spent all 5, and v's third call is denied by `wide`. (The
-    // embedded backend would have given the unit back: v's third call would then be denied by
-    // `narrow` with one unit of `wide` left.)
+    // u's third call is denied by `narrow`, and `wide` (decided first) gets that unit back: after
+    // u's two and v's two, `wide` has 1 left, so v's third call is denied by `narrow`, as the
+    // embedded backend decides it.
     assert_eq!(
         answers,
         [
@@ -446,9 +445,9 @@ capacity = 100
             expect(false, "narrow"),
             // Both have 1 left; `wide` is further from whole (the tie-break, as embedded).
             expect(true, "wide"),
-            // Both have 0 left; `narrow` (started later) is further from whole.
+            // `wide` has 1 left, `narrow` 0: `narrow` is the tighter.
             expect(true, "narrow"),
-            expect(false, "wide"),
+            expect(false, "narrow"),
         ]
     );
 }

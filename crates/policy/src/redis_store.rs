@@ -1,0 +1,603 @@
+//! [`RedisPolicy`]: the same rules and the same decision as [`Policy`](crate::Policy), with every
+//! rule's state in a shared Redis, so that every process pointing at it shares each rule's quota.
+//!
+//! Each rule (and each of its override quotas) decides through a tollgate-redis limiter of its
+//! algorithm: a `RedisLimiter` (one atomic script per decision, exact) per request, or a
+//! `LeasedLimiter` (local leases of a shared GCRA bucket) in lease mode.
+//!
+//! # Several rules in one request
+//! As in process: the request is admitted only if every enforcing rule admits, and when one denies,
+//! every rule that admitted gets its units back (a refund script per request mode; the lease mode
+//! gives the units back to the local lease). The rules are decided one round trip each, in config
+//! order, so between a rule's admission and its refund another request can see those units spent:
+//! that request is refused a little early, never admitted beyond the quota. A refund Redis cannot
+//! take (an outage) leaves the units spent: stricter, never looser.
+//!
+//! # Keys
+//! A rule's key `k` lives at `<prefix><rule>:<algorithm>:<k>`: `k` is the descriptor's value for a
+//! rule keyed by one descriptor, the hex of the length-prefixed encoding for several, empty for a
+//! global rule. The window algorithms' label carries the window length (`fixed_window@60000ms`), so
+//! a reload that changes the window starts those keys fresh, while a changed limit or burst reads the
+//! existing state under the new quota (no fresh burst). GCRA and the lease mode share a label.
+//!
+//! # When Redis cannot answer
+//! Each limiter sits behind tollgate-redis's circuit breaker. [`RedisSettings::fail`] gives the
+//! answer: `FailClosed` denies with its `retry_after`; `FailOpen` treats the rule as not applying to
+//! the request. Every such answer is counted in
+//! `tollgate_policy_store_failures_total{rule,cause,answer}` (plus the config's `metric_labels`;
+//! `cause`: `outage`, `circuit_open`, `corrupt`, `config`).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use tollgate_core::{
+    CheckError, Decision, FixedWindow, Gcra, LeakyBucket, Nanos, Quota, SlidingWindow,
+};
+use tollgate_redis::{
+    BreakerConfig, ConnectionManager, Error, FaultPolicy, LeaseConfig, LeasedLimiter, RedisConfig,
+    RedisLimiter,
+};
+
+use crate::config::{AlgorithmKind, ConfigError, ConfigErrorKind, PolicyConfig};
+use crate::engine::{self, Decided};
+use crate::policy::{Descriptors, PolicyError};
+use crate::rules::RuleSet;
+use crate::stats::{Outcome, PolicySnapshot, RuleStats};
+use crate::store::{AsyncStore, RuleKey, next_unit};
+use crate::sync::{AtomicBool, Ordering};
+
+/// How a [`RedisPolicy`] keeps its rules' state in Redis.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RedisSettings {
+    /// Prefix of every key (`"tollgate:"`; tollgate-server adds the domain).
+    pub prefix: String,
+    /// `None`: one script per decision (exact). `Some`: local leases of a shared GCRA bucket (every
+    /// rule then runs GCRA, whatever its algorithm).
+    pub lease: Option<LeaseConfig>,
+    /// Per-call timeout.
+    pub timeout: Duration,
+    /// The answer when Redis cannot give one.
+    pub fail: FaultPolicy,
+    /// When to stop calling a Redis that keeps failing.
+    pub breaker: BreakerConfig,
+}
+
+impl Default for RedisSettings {
+    fn default() -> Self {
+        let redis = RedisConfig::default();
+        RedisSettings {
+            prefix: "tollgate:".to_owned(),
+            lease: None,
+            timeout: redis.timeout(),
+            fail: FaultPolicy::FailClosed {
+                retry_after: Duration::from_secs(1),
+            },
+            breaker: BreakerConfig::default(),
+        }
+    }
+}
+
+/// A rule-and-quota's Redis limiter, of its algorithm and mode.
+enum Limiter {
+    Gcra(RedisLimiter<Gcra>),
+    Leaky(RedisLimiter<LeakyBucket>),
+    Fixed(RedisLimiter<FixedWindow>),
+    Sliding(RedisLimiter<SlidingWindow>),
+    /// Boxed: a leased limiter carries its key table's shards inline.
+    Lease(Box<LeasedLimiter>),
+}
+
+/// Everything a limiter is built from: equal specs reuse the limiter across reloads (a leased one
+/// keeps its live leases, every one its breaker).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Spec {
+    prefix: String,
+    algorithm: AlgorithmKind,
+    quota: Quota,
+    lease: Option<LeaseConfig>,
+    timeout: Duration,
+    fail: FaultPolicy,
+    breaker: BreakerConfig,
+}
+
+struct QuotaLimiter {
+    spec: Spec,
+    limiter: Limiter,
+}
+
+impl QuotaLimiter {
+    async fn check(&self, key: &str, now: Option<Nanos>, cost: u64) -> Result<Decision, Error> {
+        match (&self.limiter, now) {
+            (Limiter::Gcra(l), None) => l.try_check(key, cost).await,
+            (Limiter::Gcra(l), Some(now)) => l.try_check_at(key, now, cost).await,
+            (Limiter::Leaky(l), None) => l.try_check(key, cost).await,
+            (Limiter::Leaky(l), Some(now)) => l.try_check_at(key, now, cost).await,
+            (Limiter::Fixed(l), None) => l.try_check(key, cost).await,
+            (Limiter::Fixed(l), Some(now)) => l.try_check_at(key, now, cost).await,
+            (Limiter::Sliding(l), None) => l.try_check(key, cost).await,
+            (Limiter::Sliding(l), Some(now)) => l.try_check_at(key, now, cost).await,
+            (Limiter::Lease(l), None) => l.try_check(key, cost).await,
+            (Limiter::Lease(l), Some(now)) => l.try_check_at(key, now, cost).await,
+        }
+    }
+
+    /// `None`: not asked (a lease answers for this process alone; peeking the shared bucket after
+    /// another rule denied would cost a round trip for a wait that is only a hint).
+    async fn peek(
+        &self,
+        key: &str,
+        now: Option<Nanos>,
+        cost: u64,
+    ) -> Option<Result<Decision, Error>> {
+        Some(match (&self.limiter, now) {
+            (Limiter::Gcra(l), None) => l.try_peek(key, cost).await,
+            (Limiter::Gcra(l), Some(now)) => l.try_peek_at(key, now, cost).await,
+            (Limiter::Leaky(l), None) => l.try_peek(key, cost).await,
+            (Limiter::Leaky(l), Some(now)) => l.try_peek_at(key, now, cost).await,
+            (Limiter::Fixed(l), None) => l.try_peek(key, cost).await,
+            (Limiter::Fixed(l), Some(now)) => l.try_peek_at(key, now, cost).await,
+            (Limiter::Sliding(l), None) => l.try_peek(key, cost).await,
+            (Limiter::Sliding(l), Some(now)) => l.try_peek_at(key, now, cost).await,
+            (Limiter::Lease(_), _) => return None,
+        })
+    }
+
+    async fn refund(&self, key: &str, now: Option<Nanos>, cost: u64) -> Result<(), Error> {
+        match (&self.limiter, now) {
+            (Limiter::Gcra(l), None) => l.try_refund(key, cost).await,
+            (Limiter::Gcra(l), Some(now)) => l.try_refund_at(key, now, cost).await,
+            (Limiter::Leaky(l), None) => l.try_refund(key, cost).await,
+            (Limiter::Leaky(l), Some(now)) => l.try_refund_at(key, now, cost).await,
+            (Limiter::Fixed(l), None) => l.try_refund(key, cost).await,
+            (Limiter::Fixed(l), Some(now)) => l.try_refund_at(key, now, cost).await,
+            (Limiter::Sliding(l), None) => l.try_refund(key, cost).await,
+            (Limiter::Sliding(l), Some(now)) => l.try_refund_at(key, now, cost).await,
+            (Limiter::Lease(l), None) => {
+                l.refund(key, cost);
+                Ok(())
+            }
+            (Limiter::Lease(l), Some(now)) => {
+                l.refund_at(key, now, cost);
+                Ok(())
+            }
+        }
+    }
+
+    /// The wait until more than `remaining` units pass, from an admission alone (no round trip):
+    /// [`store::next_unit`](crate::store::next_unit) for the buckets and the fixed window, the
+    /// window's end for the sliding window (an upper bound), unknown in lease mode (`remaining` is
+    /// this process's lease).
+    fn next_unit(&self, decision: &Decision) -> Option<Duration> {
+        match self.limiter {
+            Limiter::Lease(_) => None,
+            Limiter::Sliding(_) => match *decision {
+                Decision::Allowed {
+                    remaining,
+                    reset_after,
+                } => (remaining < self.spec.quota.limit()).then_some(reset_after),
+                Decision::Denied { .. } => None,
+            },
+            _ => next_unit(self.spec.algorithm, &self.spec.quota, decision).flatten(),
+        }
+    }
+}
+
+/// A rule's limiters: its own quota's and one per override quota.
+struct RuleLimiters {
+    by_quota: Vec<(Quota, Arc<QuotaLimiter>)>,
+}
+
+/// Every rule's Redis limiters, indexed like the rule set.
+pub(crate) struct RedisStore {
+    rules: Box<[RuleLimiters]>,
+    fail: FaultPolicy,
+    labels: Vec<(String, String)>,
+}
+
+fn label(algorithm: AlgorithmKind, quota: &Quota) -> String {
+    match algorithm {
+        AlgorithmKind::Gcra => "gcra".to_owned(),
+        AlgorithmKind::LeakyBucket => "leaky_bucket".to_owned(),
+        AlgorithmKind::FixedWindow => format!("fixed_window@{}ms", quota.period().as_millis()),
+        AlgorithmKind::SlidingWindow => {
+            format!("sliding_window@{}ms", quota.period().as_millis())
+        }
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 15)]));
+    }
+    out
+}
+
+impl RedisStore {
+    /// Builds the limiters of `rules` on `conn`, reusing `old`'s where nothing they are built from
+    /// changed.
+    fn build(
+        rules: &RuleSet,
+        settings: &RedisSettings,
+        conn: &ConnectionManager,
+        old: Option<&RedisStore>,
+    ) -> Result<Self, ConfigError> {
+        let reusable: Vec<&Arc<QuotaLimiter>> = old
+            .into_iter()
+            .flat_map(|o| o.rules.iter())
+            .flat_map(|r| r.by_quota.iter().map(|(_, l)| l))
+            .collect();
+        let mut built = Vec::with_capacity(rules.rules.len());
+        for rule in rules.rules.iter() {
+            let mut quotas = vec![rule.quota];
+            for q in rule.overrides.values() {
+                if !quotas.contains(q) {
+                    quotas.push(*q);
+                }
+            }
+            let prefix = format!(
+                "{}{}:{}:",
+                settings.prefix,
+                rule.name,
+                label(rule.algorithm, &rule.quota)
+            );
+            let config = RedisConfig::default()
+                .with_prefix(prefix.clone())
+                .with_timeout(settings.timeout)
+                .with_policy(settings.fail)
+                .with_breaker(settings.breaker);
+            let mut by_quota = Vec::with_capacity(quotas.len());
+            for quota in quotas {
+                let spec = Spec {
+                    prefix: prefix.clone(),
+                    algorithm: rule.algorithm,
+                    quota,
+                    lease: settings.lease,
+                    timeout: settings.timeout,
+                    fail: settings.fail,
+                    breaker: settings.breaker,
+                };
+                let limiter = match reusable.iter().find(|l| l.spec == spec) {
+                    Some(kept) => Arc::clone(kept),
+                    None => {
+                        let err = |e| {
+                            ConfigError::new(Some(rule.name), "limit", ConfigErrorKind::Quota(e))
+                        };
+                        let (c, conn) = (config.clone(), conn.clone());
+                        let limiter = match (settings.lease, rule.algorithm) {
+                            (Some(lease), _) => Limiter::Lease(Box::new(
+                                LeasedLimiter::new(conn, quota, c, lease).map_err(err)?,
+                            )),
+                            (None, AlgorithmKind::Gcra) => {
+                                Limiter::Gcra(RedisLimiter::new(conn, quota, c).map_err(err)?)
+                            }
+                            (None, AlgorithmKind::LeakyBucket) => {
+                                Limiter::Leaky(RedisLimiter::new(conn, quota, c).map_err(err)?)
+                            }
+                            (None, AlgorithmKind::FixedWindow) => {
+                                Limiter::Fixed(RedisLimiter::new(conn, quota, c).map_err(err)?)
+                            }
+                            (None, AlgorithmKind::SlidingWindow) => {
+                                Limiter::Sliding(RedisLimiter::new(conn, quota, c).map_err(err)?)
+                            }
+                        };
+                        Arc::new(QuotaLimiter { spec, limiter })
+                    }
+                };
+                by_quota.push((quota, limiter));
+            }
+            built.push(RuleLimiters { by_quota });
+        }
+        Ok(RedisStore {
+            rules: built.into_boxed_slice(),
+            fail: settings.fail,
+            labels: rules
+                .config
+                .metric_labels
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        })
+    }
+
+    fn limiter(&self, at: &RuleKey<'_>) -> Option<&QuotaLimiter> {
+        self.rules[at.index]
+            .by_quota
+            .iter()
+            .find(|(q, _)| *q == at.quota)
+            .map(|(_, l)| &**l)
+    }
+
+    fn key(at: &RuleKey<'_>) -> String {
+        if at.composite {
+            hex(at.key)
+        } else {
+            String::from_utf8_lossy(at.key).into_owned()
+        }
+    }
+
+    /// The answer when Redis could not decide: counted, then the fault policy's (`None`: the rule
+    /// does not apply).
+    fn fault(&self, at: &RuleKey<'_>, error: &Error) -> Option<Decision> {
+        let cause = match error {
+            Error::CircuitOpen => "circuit_open",
+            Error::CorruptState { .. } => "corrupt",
+            Error::WrongType { .. } => "config",
+            _ => "outage",
+        };
+        let answer = match self.fail {
+            FaultPolicy::FailOpen => "open",
+            FaultPolicy::FailClosed { .. } => "closed",
+        };
+        let mut labels = vec![
+            metrics::Label::new("rule", at.rule),
+            metrics::Label::new("cause", cause),
+            metrics::Label::new("answer", answer),
+        ];
+        labels.extend(
+            self.labels
+                .iter()
+                .map(|(k, v)| metrics::Label::new(k.clone(), v.clone())),
+        );
+        metrics::counter!("tollgate_policy_store_failures_total", labels).increment(1);
+        match self.fail {
+            FaultPolicy::FailOpen => None,
+            closed @ FaultPolicy::FailClosed { .. } => Some(closed.decision()),
+        }
+    }
+
+    fn settle(
+        &self,
+        at: &RuleKey<'_>,
+        result: Result<Decision, Error>,
+    ) -> Result<Option<Decision>, CheckError> {
+        match result {
+            Ok(decision) => Ok(Some(decision)),
+            Err(Error::Cost(error)) => Err(error),
+            Err(error) => Ok(self.fault(at, &error)),
+        }
+    }
+}
+
+impl AsyncStore for RedisStore {
+    type Receipt = ();
+
+    async fn check(
+        &self,
+        at: &RuleKey<'_>,
+        cost: u64,
+    ) -> Result<Option<(Decision, ())>, CheckError> {
+        let Some(limiter) = self.limiter(at) else {
+            return Ok(None);
+        };
+        let result = limiter.check(&Self::key(at), cost).await;
+        self.settle(at, result).map(|d| d.map(|d| (d, ())))
+    }
+
+    async fn peek(
+        &self,
+        at: &RuleKey<'_>,
+        now: Option<Nanos>,
+        cost: u64,
+    ) -> Result<Option<Decision>, CheckError> {
+        let Some(limiter) = self.limiter(at) else {
+            return Ok(None);
+        };
+        match limiter.peek(&Self::key(at), now, cost).await {
+            Some(result) => self.settle(at, result),
+            None => Ok(None),
+        }
+    }
+
+    async fn refund(&self, at: &RuleKey<'_>, now: Option<Nanos>, cost: u64, _: ()) {
+        if let Some(limiter) = self.limiter(at) {
+            if let Err(error) = limiter.refund(&Self::key(at), now, cost).await {
+                // The units stay spent: stricter, never looser.
+                let _ = self.fault(at, &error);
+            }
+        }
+    }
+
+    fn next_unit(&self, at: &RuleKey<'_>, decision: &Decision) -> Option<Duration> {
+        self.limiter(at).and_then(|l| l.next_unit(decision))
+    }
+}
+
+/// A rule set with its Redis state: what decisions load.
+struct RedisLive {
+    rules: RuleSet,
+    store: RedisStore,
+}
+
+/// A policy whose rules keep their state in Redis: [`Policy`](crate::Policy)'s rules, config and
+/// semantics (atomic over a request's rules, shadow, metrics, reload), shared by every process that
+/// points at the same Redis and prefix. See the [module docs](self) for keys and failures.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// use tollgate_policy::{PolicyConfig, RedisPolicy, RedisSettings};
+/// let config = PolicyConfig::from_toml(r#"
+///     [[rules]]
+///     name = "per_user"
+///     match = { user = "any" }
+///     key = ["user"]
+///     limit = 100
+///     period = "1m"
+/// "#)?;
+/// let conn = tollgate_redis::connect("redis://127.0.0.1/", &Default::default())?;
+/// let policy = RedisPolicy::new(config, conn, RedisSettings::default())?;
+/// let (decided, _next) = policy.check(&[("user", "alice")], 1).await?;
+/// assert!(decided.is_allowed());
+/// # Ok(()) }
+/// ```
+pub struct RedisPolicy {
+    current: ArcSwap<RedisLive>,
+    conn: ConnectionManager,
+    settings: RedisSettings,
+    dry_run: AtomicBool,
+    reloads: Mutex<()>,
+}
+
+impl std::fmt::Debug for RedisPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisPolicy")
+            .field("rules", &self.rules())
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisPolicy {
+    /// Builds the policy on `conn`. Keyed rules need no `capacity` here (their state is in Redis).
+    ///
+    /// # Errors
+    /// A [`ConfigError`] naming the rule and field.
+    pub fn new(
+        config: PolicyConfig,
+        conn: ConnectionManager,
+        settings: RedisSettings,
+    ) -> Result<Self, ConfigError> {
+        let validated = config.validate_shared()?;
+        let rules = RuleSet::compile(config, &validated, None)?;
+        let store = RedisStore::build(&rules, &settings, &conn, None)?;
+        Ok(RedisPolicy {
+            current: ArcSwap::from_pointee(RedisLive { rules, store }),
+            conn,
+            settings,
+            dry_run: AtomicBool::new(false),
+            reloads: Mutex::new(()),
+        })
+    }
+
+    /// A policy for `config` that carries `previous`'s in-process parts over (each rule's counters
+    /// where its name and identity stay; each Redis limiter, with its breaker and live leases, where
+    /// it is built alike) while `previous` goes on deciding unchanged until the caller swaps them:
+    /// for a caller that replaces several policies as one (tollgate-server's domains).
+    ///
+    /// # Errors
+    /// As [`new`](Self::new).
+    pub fn succeed(
+        previous: &RedisPolicy,
+        config: PolicyConfig,
+        conn: ConnectionManager,
+        settings: RedisSettings,
+    ) -> Result<Self, ConfigError> {
+        let validated = config.validate_shared()?;
+        let old = previous.current.load_full();
+        let rules = RuleSet::compile(config, &validated, Some(&old.rules))?;
+        let store = RedisStore::build(&rules, &settings, &conn, Some(&old.store))?;
+        Ok(RedisPolicy {
+            current: ArcSwap::from_pointee(RedisLive { rules, store }),
+            conn,
+            settings,
+            // Relaxed: a switch; see `set_dry_run`.
+            dry_run: AtomicBool::new(previous.dry_run.load(Ordering::Relaxed)),
+            reloads: Mutex::new(()),
+        })
+    }
+
+    /// Decides a request of `cost` units with these descriptors: the same decision as
+    /// [`Policy::check_next_at`](crate::Policy::check_next_at), on Redis's clock, with the
+    /// `RateLimit` field's `t` worked out from the deciding admission (no extra round trip).
+    ///
+    /// # Errors
+    /// [`PolicyError::CostExceedsCapacity`] when an enforcing rule can never admit `cost`; what
+    /// other rules admitted is given back.
+    pub async fn check(
+        &self,
+        descriptors: &Descriptors<'_>,
+        cost: u64,
+    ) -> Result<Decided, PolicyError> {
+        self.decide(descriptors, None, cost).await
+    }
+
+    /// [`check`](Self::check) at an explicit time instead of Redis's clock (nanoseconds since the
+    /// Unix epoch, sent to the scripts in microseconds), for simulation and tests.
+    ///
+    /// # Errors
+    /// As [`check`](Self::check).
+    pub async fn check_at(
+        &self,
+        descriptors: &Descriptors<'_>,
+        now: Nanos,
+        cost: u64,
+    ) -> Result<Decided, PolicyError> {
+        self.decide(descriptors, Some(now), cost).await
+    }
+
+    async fn decide(
+        &self,
+        descriptors: &Descriptors<'_>,
+        now: Option<Nanos>,
+        cost: u64,
+    ) -> Result<Decided, PolicyError> {
+        let live = self.current.load_full();
+        // Relaxed: a switch read by each decision; it publishes no other data.
+        let dry = live.rules.dry_run || self.dry_run.load(Ordering::Relaxed);
+        engine::decide_async(&live.rules, &live.store, descriptors, dry, now, cost).await
+    }
+
+    /// Replaces the rules with `config`'s: nothing changes unless the whole config is valid. A rule
+    /// that stays keeps its counters; a limiter whose prefix, algorithm, quota and settings stay
+    /// is kept (its breaker, its live leases); the state in Redis stays where its key stays.
+    ///
+    /// # Errors
+    /// As [`new`](Self::new); the old rules stay in force.
+    pub fn reload(&self, config: PolicyConfig) -> Result<(), ConfigError> {
+        let _serial = self
+            .reloads
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let validated = config.validate_shared()?;
+        let old = self.current.load_full();
+        let rules = RuleSet::compile(config, &validated, Some(&old.rules))?;
+        let store = RedisStore::build(&rules, &self.settings, &self.conn, Some(&old.store))?;
+        self.current.store(Arc::new(RedisLive { rules, store }));
+        Ok(())
+    }
+
+    /// Turns every rule into a shadow rule while `on` (on top of the config's `dry_run`).
+    pub fn set_dry_run(&self, on: bool) {
+        // Relaxed: a switch read by each decision; it publishes no other data.
+        self.dry_run.store(on, Ordering::Relaxed);
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> PolicyConfig {
+        self.current.load().rules.config.clone()
+    }
+
+    /// The rule names, in evaluation order.
+    pub fn rules(&self) -> Vec<&'static str> {
+        self.current
+            .load()
+            .rules
+            .rules
+            .iter()
+            .map(|r| r.name)
+            .collect()
+    }
+
+    /// Every rule's counters (what this process decided).
+    pub fn snapshot(&self) -> PolicySnapshot {
+        let live = self.current.load();
+        PolicySnapshot {
+            rules: live
+                .rules
+                .rules
+                .iter()
+                .map(|rule| RuleStats {
+                    rule: rule.name,
+                    allowed: rule.counters.total(Outcome::Allowed),
+                    denied: rule.counters.total(Outcome::Denied),
+                    shadow_denied: rule.counters.total(Outcome::ShadowDenied),
+                    near_limit: rule.counters.total(Outcome::NearLimit),
+                    overflow: 0,
+                })
+                .collect(),
+        }
+    }
+}

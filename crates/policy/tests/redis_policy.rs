@@ -1,0 +1,279 @@
+//! `RedisPolicy` against a real `redis-server` (started per test on a free loopback port): the
+//! same engine as the in-process `Policy`, so the same answers.
+
+#[path = "../../redis/tests/common/redis_server.rs"]
+mod redis_server;
+
+use std::time::Duration;
+
+use redis_server::RedisServer;
+use tollgate_core::{ManualClock, Quota};
+use tollgate_policy::{Policy, PolicyConfig, PolicyError, RedisPolicy, RedisSettings};
+use tollgate_redis::{ConnectionManager, FaultPolicy, RedisConfig};
+
+/// Long periods: Redis runs on its own clock, and a test that takes a few milliseconds must not
+/// see a unit come back.
+const RULES: &str = r#"
+    [[rules]]
+    name = "per_user"
+    match = { user = "any" }
+    key = ["user"]
+    limit = 2
+    period = "1h"
+
+    [[rules]]
+    name = "per_user_route"
+    match = { user = "any", route = { prefix = "/api/" } }
+    key = ["user", "route"]
+    algorithm = "fixed_window"
+    limit = 5
+    period = "1h"
+
+    [[rules]]
+    name = "global"
+    algorithm = "sliding_window"
+    limit = 6
+    period = "1h"
+
+    [[rules]]
+    name = "watch"
+    mode = "shadow"
+    limit = 1
+    period = "1h"
+
+    [[overrides]]
+    rule = "per_user"
+    values = ["vip"]
+    limit = 4
+    period = "1h"
+"#;
+
+fn conn(server: &RedisServer) -> ConnectionManager {
+    tollgate_redis::connect(&server.url(), &RedisConfig::default()).expect("connect")
+}
+
+fn settings() -> RedisSettings {
+    RedisSettings {
+        prefix: "test:".to_owned(),
+        ..RedisSettings::default()
+    }
+}
+
+#[tokio::test]
+async fn decides_exactly_as_the_in_process_policy() {
+    let server = RedisServer::start();
+    let config = PolicyConfig::from_toml(RULES).unwrap();
+    let mut in_process_config = config.clone();
+    for rule in in_process_config
+        .rules
+        .iter_mut()
+        .filter(|r| !r.key.is_empty())
+    {
+        rule.capacity = Some(1000);
+    }
+    let redis = RedisPolicy::new(config, conn(&server), settings()).expect("redis policy");
+    let local = Policy::with_clock(in_process_config, ManualClock::new()).expect("policy");
+    // One instant for both (an hour boundary and a second, so the windows align alike).
+    let now = 500_000 * 3_600_000_000_000 + 1_000_000_000;
+    // Keys that share rules, a tier, a composite key, a cost that one rule can never admit, and
+    // enough traffic for every rule to deny at least once (and the global rule's refunds to matter).
+    let users = [
+        "a", "b", "vip", "a", "vip", "c", "b", "vip", "a", "d", "vip", "e",
+    ];
+    let routes = ["/api/x", "/other", "/api/y"];
+    let mut denied_by = std::collections::BTreeSet::new();
+    for (i, user) in users.iter().cycle().take(40).enumerate() {
+        let request = [("user", *user), ("route", routes[i % routes.len()])];
+        let cost = if i % 7 == 6 { 3 } else { 1 };
+        let expected = local.check_next_at(&request, now, cost);
+        let got = redis.check_at(&request, now, cost).await;
+        match (&expected, &got) {
+            (Ok((want, _)), Ok((have, _))) => {
+                assert_eq!(
+                    have.is_allowed(),
+                    want.is_allowed(),
+                    "request {i}: {request:?}"
+                );
+                assert_eq!(have.rule, want.rule, "request {i}");
+                assert_eq!(have.quota, want.quota, "request {i}");
+                assert_eq!(have.shadow_denied, want.shadow_denied, "request {i}");
+                if want.is_allowed() {
+                    assert_eq!(
+                        have.decision.remaining(),
+                        want.decision.remaining(),
+                        "request {i}"
+                    );
+                } else {
+                    denied_by.insert(want.rule.unwrap());
+                }
+            }
+            (Err(want), Err(have)) => assert_eq!(have, want, "request {i}"),
+            _ => panic!("request {i}: in process {expected:?}, on Redis {got:?}"),
+        }
+    }
+    assert!(
+        denied_by.contains("per_user") && denied_by.contains("global"),
+        "{denied_by:?}"
+    );
+    // Counted as in process.
+    let (a, b) = (local.snapshot(), redis.snapshot());
+    assert_eq!(a, b);
+}
+
+#[tokio::test]
+async fn a_denial_gives_back_what_other_rules_admitted_on_redis() {
+    let server = RedisServer::start();
+    let config = PolicyConfig::from_toml(
+        r#"
+        [[rules]]
+        name = "global"
+        limit = 3
+        period = "1h"
+
+        [[rules]]
+        name = "per_ip"
+        match = { ip = "any" }
+        key = ["ip"]
+        limit = 2
+        period = "1h"
+    "#,
+    )
+    .unwrap();
+    let policy = RedisPolicy::new(config, conn(&server), settings()).unwrap();
+    let a = [("ip", "192.0.2.1")];
+    let b = [("ip", "192.0.2.2")];
+    assert!(policy.check(&a, 1).await.unwrap().0.is_allowed());
+    assert!(policy.check(&a, 1).await.unwrap().0.is_allowed());
+    // per_ip denies after global admitted: global gets its unit back.
+    let (denied, next) = policy.check(&a, 1).await.unwrap();
+    assert_eq!(denied.rule, Some("per_ip"));
+    assert!(next.is_some(), "a denial says when to come back");
+    assert!(policy.check(&b, 1).await.unwrap().0.is_allowed());
+    // The third unit of global is still there only if the denied request gave it back.
+    let (last, _) = policy.check(&b, 1).await.unwrap();
+    assert!(!last.is_allowed());
+    assert_eq!(last.rule, Some("global"));
+
+    // A cost no rule can ever admit is an error, and what global admitted goes back.
+    let big = policy.check(&[("ip", "192.0.2.9")], 3).await;
+    assert_eq!(
+        big.unwrap_err(),
+        PolicyError::CostExceedsCapacity {
+            rule: "per_ip",
+            cost: 3,
+            capacity: 2
+        }
+    );
+}
+
+#[tokio::test]
+async fn redis_down_answers_by_the_fault_policy() {
+    let mut server = RedisServer::start();
+    let config = PolicyConfig::from_toml(
+        r#"
+        [[rules]]
+        name = "global"
+        limit = 100
+        period = "1h"
+    "#,
+    )
+    .unwrap();
+    let fast = |fail| RedisSettings {
+        fail,
+        timeout: Duration::from_millis(200),
+        ..settings()
+    };
+    let closed = RedisPolicy::new(
+        config.clone(),
+        conn(&server),
+        fast(FaultPolicy::FailClosed {
+            retry_after: Duration::from_secs(7),
+        }),
+    )
+    .unwrap();
+    let open = RedisPolicy::new(config, conn(&server), fast(FaultPolicy::FailOpen)).unwrap();
+    assert!(closed.check(&[], 1).await.unwrap().0.is_allowed());
+    server.kill();
+    let (answer, _) = closed.check(&[], 1).await.unwrap();
+    assert!(!answer.is_allowed(), "fail closed denies");
+    assert_eq!(answer.decision.retry_after(), Some(Duration::from_secs(7)));
+    let (answer, _) = open.check(&[], 1).await.unwrap();
+    assert!(answer.is_allowed(), "fail open lets the request through");
+    assert_eq!(answer.rule, None, "no rule decided it");
+}
+
+#[tokio::test]
+async fn keyed_rules_need_no_capacity_and_a_composite_key_is_hex() {
+    let server = RedisServer::start();
+    let config = PolicyConfig::from_toml(
+        r#"
+        [[rules]]
+        name = "pair"
+        match = { user = "any", route = "any" }
+        key = ["user", "route"]
+        limit = 5
+        period = "1h"
+    "#,
+    )
+    .unwrap();
+    assert!(
+        Policy::new(config.clone()).is_err(),
+        "in process, a table needs a capacity"
+    );
+    let policy = RedisPolicy::new(config, conn(&server), settings()).unwrap();
+    assert!(
+        policy
+            .check(&[("user", "u"), ("route", "/r")], 1)
+            .await
+            .unwrap()
+            .0
+            .is_allowed()
+    );
+    let mut key = String::from("test:pair:gcra:");
+    for part in ["u", "/r"] {
+        for byte in u32::try_from(part.len()).unwrap().to_le_bytes() {
+            key.push_str(&format!("{byte:02x}"));
+        }
+        for byte in part.bytes() {
+            key.push_str(&format!("{byte:02x}"));
+        }
+    }
+    let mut conn = conn(&server);
+    let exists: bool = redis::cmd("EXISTS")
+        .arg(&key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(exists, "{key}");
+}
+
+#[tokio::test]
+async fn a_reload_keeps_the_state_in_redis_and_the_counters() {
+    let server = RedisServer::start();
+    let rules = |limit: u64| {
+        PolicyConfig::from_toml(&format!(
+            "[[rules]]\nname = \"global\"\nlimit = {limit}\nperiod = \"1h\"\n"
+        ))
+        .unwrap()
+    };
+    let policy = RedisPolicy::new(rules(3), conn(&server), settings()).unwrap();
+    for _ in 0..3 {
+        assert!(policy.check(&[], 1).await.unwrap().0.is_allowed());
+    }
+    let _ = Quota::per_second(1);
+    policy.reload(rules(4)).unwrap();
+    // The burst grew by one: one more unit, not a fresh four.
+    assert!(policy.check(&[], 1).await.unwrap().0.is_allowed());
+    assert!(!policy.check(&[], 1).await.unwrap().0.is_allowed());
+    let stats = policy.snapshot();
+    assert_eq!((stats.rules[0].allowed, stats.rules[0].denied), (4, 1));
+    assert!(
+        policy
+            .reload(
+                PolicyConfig::from_toml("[[rules]]\nname = \"x\"\nlimit = 0\nperiod = \"1s\"\n")
+                    .unwrap()
+            )
+            .is_err()
+    );
+    assert_eq!(policy.rules(), ["global"], "a bad config changes nothing");
+}
