@@ -60,6 +60,8 @@ mod layer;
 mod policy_fields;
 #[cfg(feature = "policy")]
 mod policy_layer;
+#[cfg(feature = "redis")]
+mod redis;
 
 pub use async_layer::{
     AsyncKeyedCheck, AsyncRateLimit, AsyncRateLimitLayer, AsyncRateLimitLayerBuilder,
