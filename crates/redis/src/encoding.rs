@@ -9,7 +9,10 @@ use tollgate_core::algorithm::fixed_window::FixedState;
 use tollgate_core::algorithm::sliding_window::SlidingState;
 use tollgate_core::{FixedWindow, Gcra, LeakyBucket, Nanos, Quota, QuotaError, SlidingWindow};
 
-use crate::scripts::{FIXED_WINDOW, GCRA, LUA_PARAM_MAX, SLIDING_WINDOW};
+use crate::scripts::{
+    FIXED_WINDOW, FIXED_WINDOW_REFUND, GCRA, GCRA_REFUND, LUA_PARAM_MAX, SLIDING_WINDOW,
+    SLIDING_WINDOW_REFUND,
+};
 
 /// The Redis type of a limiter's key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,6 +88,30 @@ pub trait RedisEncoding: Algorithm {
 
     /// The decision script (sent by SHA, loaded on `NOSCRIPT`).
     fn script() -> &'static Script;
+
+    /// The refund script, restating the algorithm's [`refund`](Algorithm::refund) over the key's
+    /// stored value; `None` (the default, as the core's default `refund`) gives nothing back, which
+    /// is always safe (stricter).
+    ///
+    /// Same calling convention as [`script`](Self::script), `ARGV[2]` being the units to give back
+    /// (any `u64`; the script saturates) and `ARGV[3]` unused. Contract: for a stored state `w` and a
+    /// time `now` in whole µs, the script leaves the key holding `a.refund(w, now, cost)` (or `w`
+    /// when that is `None`) up to freshness: where that state is fresh at `now`
+    /// ([`is_fresh`](Algorithm::is_fresh)) the key may instead be deleted (or, when nothing was
+    /// given back, left holding a state that is also fresh), which decides every request at `now`
+    /// or later the same. A write sets the TTL to when the new state turns fresh, as the decision
+    /// script's writes do. The reply is `{written (0/1), 0, 0, 0}`.
+    fn refund_script() -> Option<&'static Script> {
+        None
+    }
+
+    /// The units to send the refund script for a refund of `cost`, or `None` where the core's
+    /// [`refund`](Algorithm::refund) gives nothing back for that cost whatever the state (the
+    /// default: every cost is sent). The GCRA encodings answer `None` where `cost × interval`
+    /// overflows a `u64`, as the core does.
+    fn refund_cost(&self, cost: u64) -> Option<u64> {
+        Some(cost)
+    }
 
     /// The quota to build the algorithm from so that the script follows it exactly: `quota` itself
     /// where the script can, otherwise the nearest stricter quota (each implementation documents
@@ -186,6 +213,13 @@ pub(crate) fn gcra_quota(quota: Quota) -> Result<Quota, QuotaError> {
     Quota::per(Duration::from_nanos(period), quota.limit())?.with_burst(quota.burst())
 }
 
+/// [`RedisEncoding::refund_cost`] for the TAT algorithms: the core moves the TAT back by
+/// `cost × interval` and gives nothing back where that overflows.
+fn tat_refund_cost(quota: &Quota, cost: u64) -> Option<u64> {
+    cost.checked_mul(quota.emission_interval_nanos())
+        .map(|_| cost)
+}
+
 /// The GCRA state word (the TAT in ns) as the stored string, and back.
 fn tat_encode(word: u64) -> Vec<String> {
     vec![word.to_string()]
@@ -224,6 +258,14 @@ impl RedisEncoding for Gcra {
         &GCRA
     }
 
+    fn refund_script() -> Option<&'static Script> {
+        Some(&GCRA_REFUND)
+    }
+
+    fn refund_cost(&self, cost: u64) -> Option<u64> {
+        tat_refund_cost(self.quota(), cost)
+    }
+
     fn redis_quota(quota: Quota) -> Result<Quota, QuotaError> {
         gcra_quota(quota)
     }
@@ -252,6 +294,14 @@ impl RedisEncoding for LeakyBucket {
 
     fn script() -> &'static Script {
         &GCRA
+    }
+
+    fn refund_script() -> Option<&'static Script> {
+        Some(&GCRA_REFUND)
+    }
+
+    fn refund_cost(&self, cost: u64) -> Option<u64> {
+        tat_refund_cost(self.quota(), cost)
     }
 
     fn redis_quota(quota: Quota) -> Result<Quota, QuotaError> {
@@ -358,6 +408,10 @@ impl RedisEncoding for FixedWindow {
         &FIXED_WINDOW
     }
 
+    fn refund_script() -> Option<&'static Script> {
+        Some(&FIXED_WINDOW_REFUND)
+    }
+
     fn redis_quota(quota: Quota) -> Result<Quota, QuotaError> {
         window_quota(quota)
     }
@@ -402,6 +456,10 @@ impl RedisEncoding for SlidingWindow {
 
     fn script() -> &'static Script {
         &SLIDING_WINDOW
+    }
+
+    fn refund_script() -> Option<&'static Script> {
+        Some(&SLIDING_WINDOW_REFUND)
     }
 
     fn redis_quota(quota: Quota) -> Result<Quota, QuotaError> {

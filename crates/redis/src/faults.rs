@@ -7,8 +7,8 @@ use tollgate_core::{CheckError, Decision};
 use crate::config::FaultPolicy;
 use crate::error::Error;
 
-/// How many `check` calls a limiter answered by its [`FaultPolicy`], by cause (totals since it was
-/// built, shared by its clones).
+/// How many `check` calls a limiter answered by its [`FaultPolicy`], and how many `refund` calls a
+/// fault lost (their units stay spent), by cause (totals since it was built, shared by its clones).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FaultCounts {
     /// Redis unreachable, slow or failing ([`Error::is_outage`]), found by trying it.
@@ -48,16 +48,26 @@ impl Faults {
         policy: FaultPolicy,
         result: Result<Decision, Error>,
     ) -> Result<Decision, CheckError> {
-        let counter = match result {
-            Ok(decision) => return Ok(decision),
-            Err(Error::Cost(e)) => return Err(e),
-            Err(Error::CircuitOpen) => &self.circuit_open,
-            Err(Error::CorruptState { .. }) => &self.corrupt,
-            Err(Error::WrongType { .. }) => &self.config,
-            Err(_) => &self.outages,
+        match result {
+            Ok(decision) => Ok(decision),
+            Err(Error::Cost(e)) => Err(e),
+            Err(e) => {
+                self.count(&e);
+                Ok(policy.decision())
+            }
+        }
+    }
+
+    /// Counts backend fault `e` by its cause (a bad cost is not a fault and is not counted).
+    pub(crate) fn count(&self, e: &Error) {
+        let counter = match e {
+            Error::Cost(_) => return,
+            Error::CircuitOpen => &self.circuit_open,
+            Error::CorruptState { .. } => &self.corrupt,
+            Error::WrongType { .. } => &self.config,
+            _ => &self.outages,
         };
         // Relaxed: a statistic (see `snapshot`).
         counter.fetch_add(1, Ordering::Relaxed);
-        Ok(policy.decision())
     }
 }

@@ -53,8 +53,10 @@ impl Default for LeaseConfig {
 pub struct LeaseStats {
     /// Units granted by the shared bucket.
     pub leased: u64,
-    /// Units admitted to callers.
+    /// Units admitted to callers, net of refunds (see [`LeasedLimiter::refund`]).
     pub admitted: u64,
+    /// Units given back to a live lease by refunds (already taken off `admitted`).
+    pub refunded: u64,
     /// Units whose lease expired unspent: taken from the bucket, never admitted.
     pub stranded: u64,
     /// Units held in live leases right now.
@@ -75,6 +77,9 @@ struct Local {
     lease_until: Nanos,
     denied_until: Nanos,
     reset_at: Nanos,
+    /// Units the current lease has admitted and not had back: what a refund may return to it, so
+    /// that `tokens + returnable` never exceeds what the lease was granted (with its carried units).
+    returnable: u64,
     stats: LeaseStats,
 }
 
@@ -99,6 +104,7 @@ impl Local {
         }
         if now < self.lease_until && self.tokens >= cost {
             self.tokens -= cost;
+            self.returnable += cost;
             self.stats.admitted += cost;
             return Some(Decision::allowed(
                 self.tokens,
@@ -158,6 +164,12 @@ impl Slot {
 ///   cost nothing because demand was below the rate. With 4 separate processes in real time (1000/s
 ///   burst 100, `k` = 20, ttl 100 ms, 5 s; `results/redis-fleet`) saturated admissions equalled the
 ///   per-request GCRA's too (5097 against an allowance of 5099).
+///
+/// * **Refunds** ([`refund`](Self::refund)) give units back to this instance's live lease for the
+///   key, at most what that lease has admitted, without a round trip: the bounds above hold with
+///   admissions counted net of refunds (a refund that reaches a newer lease than the one that
+///   admitted its request lets those units be spent up to one lease lifetime later, see `refund`).
+///   With no live lease nothing comes back: the units stay spent (stricter).
 ///
 /// Local state lives under one short mutex per key, found in a key table of 16 mutex-guarded shards
 /// (a local decision takes two uncontended locks and no reference count); the refill is
@@ -302,6 +314,48 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
         self.run(key, Some(now), cost).await
     }
 
+    /// Gives back `cost` units that [`check`](Self::check) admitted for `key`, locally: they return
+    /// to this instance's live lease for the key, without a round trip, so the next requests spend
+    /// them again. Returns how many units came back.
+    ///
+    /// At most what the live lease has admitted and not had back is returned, so a lease never holds
+    /// more than it was granted and units still go only to requests within one lease lifetime of
+    /// their grant. Nothing comes back (the units stay spent, which is stricter, never looser) when
+    /// the key has no live lease here: it expired, the key was decided without local state (its
+    /// table shard was full), or it was never leased. The shared bucket is never written back: the
+    /// units stay granted to this instance. The bounds in the type's docs hold with admissions
+    /// counted net of refunds, with one addition: a refund that comes after the lease that admitted
+    /// its request was replaced (by a refill for a larger cost, or once it expired) returns the
+    /// units to the new lease, out of what that one has admitted, so they can be spent up to one
+    /// more lease lifetime after their grant; refunds right after the check, as a multi-limit
+    /// decision makes them, reach the lease that admitted them.
+    pub fn refund(&self, key: &str, cost: u64) -> u64 {
+        let now = self.clock.now();
+        self.refund_at(key, now, cost)
+    }
+
+    /// [`refund`](Self::refund) at a caller-supplied time (the lease is live when `now` is before its
+    /// expiry), as [`try_check_at`](Self::try_check_at).
+    pub fn refund_at(&self, key: &str, now: Nanos, cost: u64) -> u64 {
+        if cost == 0 {
+            return 0;
+        }
+        let shard = (self.hasher.hash_one(key) as usize) & (SHARDS - 1);
+        let Some(slot) = self.table(shard).get(key).map(Arc::clone) else {
+            return 0;
+        };
+        let mut local = slot.local();
+        if now >= local.lease_until {
+            return 0;
+        }
+        let back = cost.min(local.returnable);
+        local.returnable -= back;
+        local.tokens += back;
+        local.stats.admitted = local.stats.admitted.saturating_sub(back);
+        local.stats.refunded += back;
+        back
+    }
+
     /// How many `check` calls the fault policy answered, by cause (see
     /// [`RedisLimiter::faults`](crate::RedisLimiter::faults)).
     pub fn faults(&self) -> FaultCounts {
@@ -336,6 +390,7 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
             };
             total.leased += s.leased;
             total.admitted += s.admitted;
+            total.refunded += s.refunded;
             total.stranded += s.stranded + (local.tokens - live);
             total.held += live;
             total.redis_calls += s.redis_calls;
@@ -498,6 +553,8 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
         local.stats.admitted += cost;
         // `reply.a >= need = cost - leftover`, so this does not underflow.
         local.tokens += leftover + reply.a - cost;
+        // A new lease: refunds of what earlier leases admitted no longer come back (see `refund`).
+        local.returnable = cost;
         local.lease_until = now.saturating_add(self.lease_ttl);
         Ok(Decision::allowed(local.tokens, reply.reset))
     }

@@ -4,7 +4,7 @@
 //! * [`RedisLimiter`]: one script call per decision, generic over the algorithm: any core algorithm
 //!   with a [`RedisEncoding`] ([`Gcra`](tollgate_core::Gcra) by default,
 //!   [`LeakyBucket`](tollgate_core::LeakyBucket), [`FixedWindow`](tollgate_core::FixedWindow),
-//!   [`SlidingWindow`](tollgate_core::SlidingWindow)); cost `n` and peek.
+//!   [`SlidingWindow`](tollgate_core::SlidingWindow)); cost `n`, peek and refund.
 //! * [`LeasedLimiter`]: each instance leases up to `k` units of a shared GCRA bucket per call and
 //!   admits locally; bounded error (see its docs), ≥ 100× fewer round-trips.
 //! * [`RedisConfig`]: key prefix, per-call timeout, [`FaultPolicy`] (fail open or closed),
@@ -34,13 +34,30 @@
 //! [`RedisLimiter::algorithm`] is the algorithm the script follows (its quota is the requested one
 //! unless rounded as above).
 //!
+//! # Refunds
+//! [`RedisLimiter::try_refund`] (and [`try_refund_at`](RedisLimiter::try_refund_at),
+//! [`refund`](RedisLimiter::refund)) gives back units a check admitted, for a request decided
+//! against several limits when one of them denied: one atomic script per algorithm, restating the
+//! core's [`Algorithm::refund`](tollgate_core::Algorithm::refund) over the stored value, checked
+//! against it on random check/refund traces. GCRA and the leaky bucket move the TAT back by `cost`
+//! intervals, never below now; the fixed window takes `cost` off the count of the same window
+//! (nothing once it has rolled); the sliding window off the count the admission added to (the
+//! current one, or the previous one when the refund is at the admission's own time and a later
+//! admission has moved the state on); all saturating, a state left fresh deleted, the TTL following
+//! the state. A refund of 0 costs no round trip. **A refund that cannot be made (an outage, an open
+//! breaker, corrupt state) leaves the units spent** whatever the fault policy: stricter, never
+//! looser; `refund` counts it in `faults()`. [`LeasedLimiter::refund`] gives units back to this
+//! instance's live lease for the key, locally, and nothing once that lease has expired (see its
+//! bound).
+//!
 //! # Keys, TTLs and Redis Cluster
 //! The Redis key is `prefix + key` (see [`RedisConfig::with_prefix`]). Every script reads and writes
 //! exactly that one key, so it runs unchanged on Redis Cluster; to keep several of your keys on one
 //! slot, put the shared part in a hash tag, e.g. `"{tenant42}:login"`. Each write sets the key's TTL
 //! (rounded up to whole ms) to when its state becomes indistinguishable from a fresh one: GCRA at its
 //! TAT, fixed window at the window's end, sliding window at the end of the window after the current
-//! one. Denials and peeks never write. Give each limiter (algorithm and quota) its own prefix: a key
+//! one (after a refund, of the window whose count is the last non-zero one). Denials and peeks never
+//! write; a refund that leaves the state fresh deletes the key. Give each limiter (algorithm and quota) its own prefix: a key
 //! written by one algorithm is, for another, a configuration error ([`Error::WrongType`], a string
 //! where a hash is stored or the reverse) or corrupt state ([`Error::CorruptState`], a hash with other
 //! fields); a quota changed under the same prefix is read as the new quota's state.

@@ -100,8 +100,9 @@ impl<A: RedisEncoding, C: ConnectionLike + Clone + Send + Sync> RedisLimiter<A, 
         self.algorithm.capacity()
     }
 
-    /// How many `check`/`peek` calls the fault policy answered, by cause: outages, corrupt state,
-    /// configuration errors (shared by this limiter's clones).
+    /// How many `check`/`peek` calls the fault policy answered, and how many
+    /// [`refund`](Self::refund)s a fault lost, by cause: outages, corrupt state, configuration errors
+    /// (shared by this limiter's clones).
     pub fn faults(&self) -> FaultCounts {
         self.faults.snapshot()
     }
@@ -165,6 +166,83 @@ impl<A: RedisEncoding, C: ConnectionLike + Clone + Send + Sync> RedisLimiter<A, 
     /// As [`try_check`](Self::try_check).
     pub async fn try_peek_at(&self, key: &str, now: Nanos, cost: u64) -> Result<Decision, Error> {
         self.run(key, Some(now), cost, true).await
+    }
+
+    /// Gives back `cost` units that [`check`](Self::check) admitted for `key`, as the algorithm's
+    /// in-process [`refund`](tollgate_core::Algorithm::refund) does (one atomic script call; see
+    /// [`try_refund`](Self::try_refund) for what each algorithm gives back). For a decision made
+    /// against several limits, when one denied: the others give back what they admitted.
+    ///
+    /// A refund that cannot be made (Redis unreachable or slow, an open breaker, corrupt state, a key
+    /// of another type) is counted in [`faults`](Self::faults) and otherwise dropped, whatever the
+    /// [`FaultPolicy`](crate::FaultPolicy): **a refund lost to an outage leaves the units spent**,
+    /// which is stricter, never looser. Use [`try_refund`](Self::try_refund) to see the error.
+    pub async fn refund(&self, key: &str, cost: u64) {
+        if let Err(e) = self.refund_run(key, None, cost).await {
+            self.faults.count(&e);
+        }
+    }
+
+    /// [`refund`](Self::refund) without the fault handling: the error comes back.
+    ///
+    /// What comes back is exactly what the core's `refund` gives back for the same state, `now` and
+    /// `cost` (the crate's tests check it against the core on random traces):
+    /// * GCRA and the leaky bucket: the TAT moves back by `cost` emission intervals, never below
+    ///   now (a TAT at or before now is a full bucket, the absent key), and the key's TTL follows
+    ///   the new TAT.
+    /// * Fixed window: the count of the window stored goes down by `cost` (saturating) when that is
+    ///   now's window; nothing once the window has rolled (its count has reset already).
+    /// * Sliding window: the current window's count goes down by `cost` (saturating) while the
+    ///   stored window is now's; the previous count when a later admission has moved it one window
+    ///   on (a refund at the admission's own time, see [`try_refund_at`](Self::try_refund_at));
+    ///   nothing otherwise. The TTL follows the counts left.
+    ///
+    /// A state left fresh is deleted. Any `cost` is accepted (more than was admitted saturates); a
+    /// refund of 0 returns at once without a round trip, as does one the core would give nothing
+    /// back for whatever the state ([`refund_cost`](RedisEncoding::refund_cost): a GCRA `cost ×
+    /// interval` beyond `u64`). Algorithms without a
+    /// [`refund_script`](RedisEncoding::refund_script) give nothing back, also without one.
+    ///
+    /// # Errors
+    /// The backend faults of [`try_check`](Self::try_check) ([`Error::Cost`] never): the outages
+    /// [`Error::Timeout`], [`Error::Redis`], [`Error::BadReply`], [`Error::CircuitOpen`];
+    /// [`Error::CorruptState`]; [`Error::WrongType`]. Nothing was given back then.
+    pub async fn try_refund(&self, key: &str, cost: u64) -> Result<(), Error> {
+        self.refund_run(key, None, cost).await
+    }
+
+    /// [`try_refund`](Self::try_refund) at a time the caller supplies, as
+    /// [`try_check_at`](Self::try_check_at). Give the admission's own `now` to undo it exactly (the
+    /// core's contract): the windows then find the window it counted in even when a later admission
+    /// has moved the state on.
+    ///
+    /// # Errors
+    /// As [`try_refund`](Self::try_refund).
+    pub async fn try_refund_at(&self, key: &str, now: Nanos, cost: u64) -> Result<(), Error> {
+        self.refund_run(key, Some(now), cost).await
+    }
+
+    async fn refund_run(&self, key: &str, now: Option<Nanos>, cost: u64) -> Result<(), Error> {
+        let Some(script) = A::refund_script() else {
+            return Ok(());
+        };
+        let Some(cost) = self.algorithm.refund_cost(cost).filter(|&c| c > 0) else {
+            return Ok(());
+        };
+        let time = scripts::time_arg(&self.config, now);
+        let cost = cost.to_string();
+        let head = [&*time, &*cost, ""];
+        scripts::invoke(
+            &self.conn,
+            &self.breaker,
+            &self.config,
+            script,
+            key,
+            head,
+            &self.params,
+        )
+        .await?;
+        Ok(())
     }
 
     fn with_policy(&self, result: Result<Decision, Error>) -> Result<Decision, CheckError> {

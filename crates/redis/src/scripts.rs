@@ -30,6 +30,9 @@ pub(crate) static GCRA: LazyLock<Script> = lua!("tat.lua", "gcra.lua");
 pub(crate) static LEASE: LazyLock<Script> = lua!("tat.lua", "lease.lua");
 pub(crate) static FIXED_WINDOW: LazyLock<Script> = lua!("fixed_window.lua");
 pub(crate) static SLIDING_WINDOW: LazyLock<Script> = lua!("sliding_window.lua");
+pub(crate) static GCRA_REFUND: LazyLock<Script> = lua!("tat.lua", "gcra_refund.lua");
+pub(crate) static FIXED_WINDOW_REFUND: LazyLock<Script> = lua!("fixed_window_refund.lua");
+pub(crate) static SLIDING_WINDOW_REFUND: LazyLock<Script> = lua!("sliding_window_refund.lua");
 
 /// The script's first argument: `now` in µs, or `""` for the server's `TIME`.
 pub(crate) fn time_arg(config: &RedisConfig, now: Option<Nanos>) -> String {
