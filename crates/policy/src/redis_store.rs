@@ -368,12 +368,13 @@ impl AsyncStore for RedisStore {
     async fn check(
         &self,
         at: &RuleKey<'_>,
+        now: Option<Nanos>,
         cost: u64,
     ) -> Result<Option<(Decision, ())>, CheckError> {
         let Some(limiter) = self.limiter(at) else {
             return Ok(None);
         };
-        let result = limiter.check(&Self::key(at), cost).await;
+        let result = limiter.check(&Self::key(at), now, cost).await;
         self.settle(at, result).map(|d| d.map(|d| (d, ())))
     }
 

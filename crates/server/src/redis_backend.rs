@@ -9,7 +9,7 @@
 //! tollgate-redis's `tollgate_redis_breaker_open{prefix}` gauge.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use tollgate_policy::{PolicyConfig, RedisPolicy, RedisSettings};
