@@ -45,6 +45,6 @@ pub use config::{
     PolicyConfig, RuleConfig, Storage, Validated,
 };
 pub use policy::{Applicable, Descriptors, Policy, PolicyDecision, PolicyError, RuleOutcome};
-pub use reload::ReloadReport;
+pub use reload::{PreparedReload, ReloadReport};
 pub use reloadable::Reloadable;
 pub use stats::{PolicySnapshot, RuleStats};

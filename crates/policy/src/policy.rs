@@ -311,7 +311,7 @@ impl<C: Clock + Clone + 'static> Policy<C> {
     /// A [`ConfigError`] naming the rule and field.
     pub fn with_clock(config: PolicyConfig, clock: C) -> Result<Self, ConfigError> {
         let validated = config.validate()?;
-        let (set, _) = RuleSet::build(config, &validated, &clock, None)?;
+        let (set, _, _) = RuleSet::build(config, &validated, &clock, None)?;
         Ok(Policy {
             current: ArcSwap::from_pointee(set),
             clock,
