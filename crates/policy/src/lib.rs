@@ -52,6 +52,6 @@ pub use config::{
 pub use policy::{Descriptors, Policy, PolicyDecision, PolicyError, RuleOutcome};
 #[cfg(feature = "redis")]
 pub use redis_store::{RedisPolicy, RedisSettings};
-pub use reload::ReloadReport;
+pub use reload::{PreparedReload, ReloadReport};
 pub use reloadable::Reloadable;
 pub use stats::{PolicySnapshot, RuleStats};

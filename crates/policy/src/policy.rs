@@ -186,7 +186,7 @@ impl<C: Clock + Clone + 'static> Policy<C> {
     /// A [`ConfigError`] naming the rule and field.
     pub fn with_clock(config: PolicyConfig, clock: C) -> Result<Self, ConfigError> {
         let validated = config.validate()?;
-        let (set, _) = Live::build(config, &validated, &clock, None)?;
+        let (set, _, _) = Live::build(config, &validated, &clock, None)?;
         Ok(Policy {
             current: ArcSwap::from_pointee(set),
             clock,
