@@ -436,16 +436,16 @@ capacity = 100
     let expect = |ok: bool, rule: &str| (ok, rule.to_owned());
     // u's third call is denied by `narrow`, and `wide` (decided first) gets that unit back: after
     // u's two and v's two, `wide` has 1 left, so v's third call is denied by `narrow`, as the
-    // embedded backend decides it.
+    // embedded backend decides it (without the refund `wide` would have run out first).
     assert_eq!(
         answers,
         [
             expect(true, "narrow"),
             expect(true, "narrow"),
             expect(false, "narrow"),
-            // Both have 1 left; `wide` is further from whole (the tie-break, as embedded).
-            expect(true, "wide"),
-            // `wide` has 1 left, `narrow` 0: `narrow` is the tighter.
+            // `wide` has 2 left (u's third unit came back), `narrow` 1: `narrow` is the tighter.
+            expect(true, "narrow"),
+            // `wide` has 1 left, `narrow` 0.
             expect(true, "narrow"),
             expect(false, "narrow"),
         ]
