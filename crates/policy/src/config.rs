@@ -464,22 +464,10 @@ impl PolicyConfig {
 }
 
 /// What validation worked out per rule, in config order: the algorithm, the effective quota (with a
-/// delay's extra depth) and the override quotas by key value.
+/// delay's extra depth) and the override quotas by key value. Compiling the rules reads it.
 #[derive(Clone, Debug)]
 pub struct Validated {
     pub(crate) rules: Vec<ValidRule>,
-}
-
-impl Validated {
-    /// Per rule, in config order: its algorithm, its effective quota (a two-stage delay's extra
-    /// depth included) and its override quotas by key value. For callers that keep the rules'
-    /// state elsewhere (tollgate-server's Redis backend builds one limiter per rule and quota from
-    /// it) and must not parse the config a second time.
-    pub fn rules(&self) -> impl Iterator<Item = (AlgorithmKind, Quota, &[(String, Quota)])> + '_ {
-        self.rules
-            .iter()
-            .map(|r| (r.algorithm, r.quota, r.overrides.as_slice()))
-    }
 }
 
 #[derive(Clone, Debug)]

@@ -21,10 +21,18 @@
 //!   `metrics` facade (install any recorder; this crate ships no exporter) and
 //!   [`Policy::snapshot`].
 //!
+//! # One engine, several stores
+//! The config compiles to a rule set that holds no state (matching, keys, quotas, tiers, delay);
+//! one decision (`engine.rs`) runs it against a store: the in-process limiters of a [`Policy`], or
+//! a shared Redis for a [`RedisPolicy`] (feature `redis`: every replica pointing at the same Redis
+//! shares each rule's quota). The semantics above hold on both, the refund of a denied request
+//! included; on Redis each rule is one round trip, in config order.
+//!
 //! # Failure policy
 //! A request missing a rule's descriptor is not limited by that rule (fails open *for that rule*).
 //! A cost an enforcing rule can never admit is a [`PolicyError`] and consumes nothing (fails
-//! closed). A bad config never replaces a working one.
+//! closed). A bad config never replaces a working one. Redis down or slow: the
+//! `RedisSettings::fail` policy, per rule (closed: a denial; open: the rule does not apply).
 //!
 //! # For the HTTP layer and the server
 //! Build descriptors from the request, call [`Policy::check`] (or [`Policy::check_detailed`] for

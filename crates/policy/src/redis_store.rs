@@ -5,27 +5,7 @@
 //! algorithm: a `RedisLimiter` (one atomic script per decision, exact) per request, or a
 //! `LeasedLimiter` (local leases of a shared GCRA bucket) in lease mode.
 //!
-//! # Several rules in one request
-//! As in process: the request is admitted only if every enforcing rule admits, and when one denies,
-//! every rule that admitted gets its units back (a refund script per request mode; the lease mode
-//! gives the units back to the local lease). The rules are decided one round trip each, in config
-//! order, so between a rule's admission and its refund another request can see those units spent:
-//! that request is refused a little early, never admitted beyond the quota. A refund Redis cannot
-//! take (an outage) leaves the units spent: stricter, never looser.
-//!
-//! # Keys
-//! A rule's key `k` lives at `<prefix><rule>:<algorithm>:<k>`: `k` is the descriptor's value for a
-//! rule keyed by one descriptor, the hex of the length-prefixed encoding for several, empty for a
-//! global rule. The window algorithms' label carries the window length (`fixed_window@60000ms`), so
-//! a reload that changes the window starts those keys fresh, while a changed limit or burst reads the
-//! existing state under the new quota (no fresh burst). GCRA and the lease mode share a label.
-//!
-//! # When Redis cannot answer
-//! Each limiter sits behind tollgate-redis's circuit breaker. [`RedisSettings::fail`] gives the
-//! answer: `FailClosed` denies with its `retry_after`; `FailOpen` treats the rule as not applying to
-//! the request. Every such answer is counted in
-//! `tollgate_policy_store_failures_total{rule,cause,answer}` (plus the config's `metric_labels`;
-//! `cause`: `outage`, `circuit_open`, `corrupt`, `config`).
+//! See [`RedisPolicy`] for the semantics across rules, the key layout and failures.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -415,7 +395,29 @@ struct RedisLive {
 
 /// A policy whose rules keep their state in Redis: [`Policy`](crate::Policy)'s rules, config and
 /// semantics (atomic over a request's rules, shadow, metrics, reload), shared by every process that
-/// points at the same Redis and prefix. See the [module docs](self) for keys and failures.
+/// points at the same Redis and prefix.
+///
+/// # Several rules in one request
+/// As in process: the request is admitted only if every enforcing rule admits, and when one denies,
+/// every rule that admitted gets its units back (a refund script per request mode; the lease mode
+/// gives the units back to the local lease). The rules are decided one round trip each, in config
+/// order, so between a rule's admission and its refund another request can see those units spent:
+/// that request is refused a little early, never admitted beyond the quota. A refund Redis cannot
+/// take (an outage) leaves the units spent: stricter, never looser.
+///
+/// # Keys
+/// A rule's key `k` lives at `<prefix><rule>:<algorithm>:<k>`: `k` is the descriptor's value for a
+/// rule keyed by one descriptor, the hex of the length-prefixed encoding for several, empty for a
+/// global rule. The window algorithms' label carries the window length (`fixed_window@60000ms`), so
+/// a reload that changes the window starts those keys fresh, while a changed limit or burst reads the
+/// existing state under the new quota (no fresh burst). GCRA and the lease mode share a label.
+///
+/// # When Redis cannot answer
+/// Each limiter sits behind tollgate-redis's circuit breaker. [`RedisSettings::fail`] gives the
+/// answer: `FailClosed` denies with its `retry_after`; `FailOpen` treats the rule as not applying to
+/// the request. Every such answer is counted in
+/// `tollgate_policy_store_failures_total{rule,cause,answer}` (plus the config's `metric_labels`;
+/// `cause`: `outage`, `circuit_open`, `corrupt`, `config`).
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
