@@ -180,6 +180,39 @@ impl Server {
     }
 }
 
+/// Runs the server on `path` expecting it to refuse to start: its exit status and stderr (the
+/// process is killed, and the test fails, if it is still running after 30 s).
+pub fn start_refused(path: &Path) -> (std::process::ExitStatus, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate-server"))
+        .arg("--config")
+        .arg(path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tollgate-server");
+    let mut stderr = child.stderr.take().expect("stderr");
+    // Reading to the end returns when the process exits (or is killed below).
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the server did not exit: it started on {}", path.display());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    (status, reader.join().expect("stderr reader"))
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
