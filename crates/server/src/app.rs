@@ -64,7 +64,7 @@ pub async fn run(path: PathBuf, overrides: Overrides) -> Result<(), Box<dyn std:
 
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<RateLimitServiceServer<Rls>>().await;
-    let rls = RateLimitServiceServer::new(Rls::new(Arc::clone(&limiter)));
+    let rls = crate::grpc::service(Rls::new(Arc::clone(&limiter)));
     let mut grpc_stop = stop_rx.clone();
     let grpc_task = tokio::spawn(
         tonic::transport::Server::builder()

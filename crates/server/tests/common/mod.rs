@@ -158,18 +158,32 @@ impl Server {
 
     /// One HTTP/1.1 request; `(status, headers, body)`.
     pub fn http(&self, method: &str, path: &str, body: &str) -> (u16, String, String) {
+        self.http_raw(
+            format!(
+                "{method} {path} HTTP/1.1\r\nhost: test\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .into_bytes(),
+        )
+    }
+
+    /// One HTTP/1.1 exchange of exactly `request`'s bytes; `(status, headers, body)`. The bytes are
+    /// written on a thread whose write errors are ignored: a server may answer (and close) before
+    /// it has read a body it refuses.
+    pub fn http_raw(&self, request: Vec<u8>) -> (u16, String, String) {
         let mut stream = std::net::TcpStream::connect(self.http).expect("connect http");
         stream
             .set_read_timeout(Some(Duration::from_secs(10)))
             .expect("timeout");
-        write!(
-            stream,
-            "{method} {path} HTTP/1.1\r\nhost: test\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-            body.len()
-        )
-        .expect("write");
-        let mut out = String::new();
-        stream.read_to_string(&mut out).expect("read");
+        let mut writer = stream.try_clone().expect("clone stream");
+        let written = std::thread::spawn(move || {
+            let _ = writer.write_all(&request);
+        });
+        let mut raw = Vec::new();
+        // A reset after the answer (the refused body left unread) ends the read; what came is kept.
+        let _ = stream.read_to_end(&mut raw);
+        let _ = written.join();
+        let out = String::from_utf8_lossy(&raw).into_owned();
         let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
         let status = head
             .split(' ')
