@@ -1,5 +1,5 @@
 //! The HTTP side (`POST /v1/check`, `/metrics`, `/healthz`), the gRPC health service, and graceful
-//! SIGTERM.
+//! SIGTERM (the call in flight finishes; HTTP/2 clients see GOAWAY with NO_ERROR).
 
 mod common;
 
@@ -275,6 +275,109 @@ period = "1s"
         .find(|h| h.key == "retry-after")
         .map(|h| h.value.as_str());
     assert_eq!(retry, Some("7"), "the domain's fail-closed answer");
+    let exit = tokio::task::spawn_blocking(move || server.wait_exit(Duration::from_secs(20)))
+        .await
+        .unwrap();
+    assert!(exit.expect("exited after the call").success());
+}
+
+/// SIGTERM at the HTTP/2 level, with a raw h2 client: a call whose request is half sent when the
+/// signal arrives (so the server holds it open) still completes after the server has said GOAWAY,
+/// and that GOAWAY, like every one the connection ends with, carries NO_ERROR (not
+/// PROTOCOL_ERROR): h2 reports any other code as the connection's error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_sends_goaway_no_error_and_the_call_in_flight_completes() {
+    use bytes::{BufMut, Bytes, BytesMut};
+    use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
+    use prost::Message;
+
+    let dir = temp_dir("sigterm-goaway");
+    let server = Server::start(&dir, CONFIG);
+    let tcp = tokio::net::TcpStream::connect(server.grpc)
+        .await
+        .expect("connect");
+    let (mut send, connection) = h2::client::handshake(tcp).await.expect("handshake");
+    let connection = tokio::spawn(connection);
+
+    let message = request("edge", vec![descriptor(&[("user", "inflight")])], 1).encode_to_vec();
+    let mut frame = BytesMut::new();
+    frame.put_u8(0);
+    frame.put_u32(u32::try_from(message.len()).unwrap());
+    frame.put_slice(&message);
+    let frame: Bytes = frame.freeze();
+    let head = http::Request::builder()
+        .method(http::Method::POST)
+        .uri(format!(
+            "http://{}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+            server.grpc
+        ))
+        .header(http::header::CONTENT_TYPE, "application/grpc")
+        .header(http::header::TE, "trailers")
+        .body(())
+        .unwrap();
+    std::future::poll_fn(|cx| send.poll_ready(cx))
+        .await
+        .expect("ready");
+    let (response, mut body) = send.send_request(head, false).expect("send");
+    // Half the message: the server has the stream and waits for the rest.
+    body.send_data(frame.slice(..3), false).expect("first half");
+
+    server.signal("TERM");
+    let server = tokio::task::spawn_blocking(move || {
+        let draining = server.wait_log("finishing in-flight calls", Duration::from_secs(10));
+        assert!(draining.is_some(), "the server got the signal");
+        server
+    })
+    .await
+    .unwrap();
+    // Polls (bounded) until the server's GOAWAY has arrived: the client then refuses new streams
+    // with the server's reason.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let goaway = loop {
+        match std::future::poll_fn(|cx| send.poll_ready(cx)).await {
+            Err(e) => break e,
+            Ok(()) => {
+                assert!(std::time::Instant::now() < deadline, "no GOAWAY came");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    };
+    assert!(
+        goaway.is_go_away() && goaway.is_remote(),
+        "the server said GOAWAY: {goaway:?}"
+    );
+    assert_eq!(goaway.reason(), Some(h2::Reason::NO_ERROR), "{goaway:?}");
+    assert!(
+        !connection.is_finished(),
+        "the call in flight holds it open"
+    );
+
+    // The rest of the message: the call is decided.
+    body.send_data(frame.slice(3..), true).expect("second half");
+    let (parts, mut recv) = response.await.expect("the answer").into_parts();
+    assert!(parts.status.is_success());
+    let mut answer = BytesMut::new();
+    while let Some(chunk) = recv.data().await {
+        let chunk = chunk.expect("answer body");
+        let _ = recv.flow_control().release_capacity(chunk.len());
+        answer.extend_from_slice(&chunk);
+    }
+    let trailers = recv.trailers().await.expect("trailers").expect("trailers");
+    assert_eq!(
+        trailers.get("grpc-status").map(http::HeaderValue::as_bytes),
+        Some(&b"0"[..])
+    );
+    let decided = RateLimitResponse::decode(&answer[5..]).expect("a response");
+    assert_eq!(decided.overall_code, Code::Ok as i32);
+
+    // Then the connection closes gracefully: Ok means the last GOAWAY was NO_ERROR on both sides.
+    drop(send);
+    let closed = tokio::time::timeout(Duration::from_secs(10), connection)
+        .await
+        .expect("the connection closes")
+        .unwrap();
+    assert!(closed.is_ok(), "{closed:?}");
+    let mut server = server;
     let exit = tokio::task::spawn_blocking(move || server.wait_exit(Duration::from_secs(20)))
         .await
         .unwrap();
