@@ -35,6 +35,7 @@
 mod config;
 mod limiter;
 mod policy;
+mod reload;
 mod reloadable;
 mod stats;
 mod sync;
@@ -43,8 +44,7 @@ pub use config::{
     AlgorithmKind, ConfigError, ConfigErrorKind, DelayConfig, MatchSpec, Mode, OverrideConfig,
     PolicyConfig, RuleConfig, Storage, Validated,
 };
-pub use policy::{
-    Applicable, Descriptors, Policy, PolicyDecision, PolicyError, ReloadReport, RuleOutcome,
-};
+pub use policy::{Applicable, Descriptors, Policy, PolicyDecision, PolicyError, RuleOutcome};
+pub use reload::{PreparedReload, ReloadReport};
 pub use reloadable::Reloadable;
 pub use stats::{PolicySnapshot, RuleStats};

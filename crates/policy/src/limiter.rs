@@ -45,6 +45,19 @@ pub(crate) trait RuleLimiter: Send + Sync {
     fn shared_tat(&self) -> Option<Nanos> {
         None
     }
+    /// Keeps `key` in a keyed table (unevictable) until `unpin_key`, so that a later
+    /// `set_override` cannot fail for want of room. Global limiters have no keys.
+    fn pin_key(&self, _key: &[u8]) -> Result<(), KeyedError> {
+        Ok(())
+    }
+    fn unpin_key(&self, _key: &[u8]) {}
+    /// Whether overrides with these quotas would find tiers (see
+    /// `KeyedLimiter::check_override_quotas`).
+    fn check_override_quotas(&self, _quotas: &[Quota]) -> Result<(), KeyedError> {
+        Ok(())
+    }
+    /// A rebuilt (striped) limiter, not yet published, moves up to where `old` stands now.
+    fn take_over(&self, _old: &dyn RuleLimiter) {}
 }
 
 struct Keyed<A, C> {
@@ -87,6 +100,15 @@ impl<A: Algorithm, C: Clock> RuleLimiter for Keyed<A, C> {
     }
     fn remove_override(&self, key: &[u8]) -> bool {
         self.limiter.remove_override(key)
+    }
+    fn pin_key(&self, key: &[u8]) -> Result<(), KeyedError> {
+        self.limiter.pin_key(key)
+    }
+    fn unpin_key(&self, key: &[u8]) {
+        self.limiter.unpin_key(key);
+    }
+    fn check_override_quotas(&self, quotas: &[Quota]) -> Result<(), KeyedError> {
+        self.limiter.check_override_quotas(quotas)
     }
 }
 
@@ -154,6 +176,11 @@ impl<C: Clock> RuleLimiter for Striped<C> {
     }
     fn shared_tat(&self) -> Option<Nanos> {
         Some(self.limiter.shared_tat())
+    }
+    fn take_over(&self, old: &dyn RuleLimiter) {
+        if let Some(tat) = old.shared_tat() {
+            self.limiter.raise_shared_tat(tat);
+        }
     }
 }
 

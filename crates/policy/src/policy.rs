@@ -9,11 +9,9 @@ use arc_swap::ArcSwap;
 use smallvec::SmallVec;
 use tollgate_core::{CheckError, Clock, Decision, MonotonicClock, Nanos, Quota};
 
-use crate::config::{
-    AlgorithmKind, ConfigError, ConfigErrorKind, MatchSpec, Mode, PolicyConfig, RuleConfig,
-    Storage, Validated, delay_units,
-};
-use crate::limiter::{self, Receipt, RuleLimiter, Spec};
+use crate::config::{AlgorithmKind, ConfigError, MatchSpec, Mode, PolicyConfig};
+use crate::limiter::{Receipt, RuleLimiter};
+use crate::reload::Identity;
 use crate::stats::{Counters, Outcome, PolicySnapshot, RuleStats};
 use crate::sync::{AtomicBool, Ordering};
 
@@ -117,17 +115,6 @@ impl fmt::Display for PolicyError {
 
 impl std::error::Error for PolicyError {}
 
-/// What a reload did, per rule name.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ReloadReport {
-    /// Rules whose state (and counters) carried over, under their new quota if it changed.
-    pub kept: Vec<&'static str>,
-    /// Rules that start fresh (new names, or a changed identity).
-    pub fresh: Vec<&'static str>,
-    /// Rules that are gone.
-    pub removed: Vec<&'static str>,
-}
-
 /// A set of rate-limiting rules over request descriptors, decided as one, reloadable while in use.
 ///
 /// * [`check`](Self::check): every applicable rule is decided at one clock reading; the request is
@@ -179,10 +166,10 @@ pub struct ReloadReport {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct Policy<C = MonotonicClock> {
-    current: ArcSwap<RuleSet>,
-    clock: C,
+    pub(crate) current: ArcSwap<RuleSet>,
+    pub(crate) clock: C,
     dry_run: AtomicBool,
-    reloads: Mutex<()>,
+    pub(crate) reloads: Mutex<()>,
 }
 
 impl<C> fmt::Debug for Policy<C> {
@@ -199,62 +186,37 @@ impl<C> fmt::Debug for Policy<C> {
 }
 
 /// The rule set decisions read: built once per load or reload, never changed afterwards.
-struct RuleSet {
+pub(crate) struct RuleSet {
     /// Descriptor names the rules use; rules refer to them by index.
-    names: Box<[Box<str>]>,
-    rules: Box<[Rule]>,
-    dry_run: bool,
-    metrics: bool,
-    config: PolicyConfig,
+    pub(crate) names: Box<[Box<str>]>,
+    pub(crate) rules: Box<[Rule]>,
+    pub(crate) dry_run: bool,
+    pub(crate) metrics: bool,
+    pub(crate) config: PolicyConfig,
 }
 
-struct Rule {
-    name: &'static str,
-    matches: Box<[(usize, MatchSpec)]>,
-    key: Box<[usize]>,
-    mode: Mode,
+pub(crate) struct Rule {
+    pub(crate) name: &'static str,
+    pub(crate) matches: Box<[(usize, MatchSpec)]>,
+    pub(crate) key: Box<[usize]>,
+    pub(crate) mode: Mode,
     /// The effective quota (a delay's extra depth included).
-    quota: Quota,
+    pub(crate) quota: Quota,
     /// The quota as configured, for decisions and headers.
-    shown: Quota,
+    pub(crate) shown: Quota,
     /// Two-stage delay: extra units beyond the burst, and the burst's depth in nanoseconds.
-    delay: Option<(u64, Nanos)>,
+    pub(crate) delay: Option<(u64, Nanos)>,
     /// `remaining` at or below this is near the limit (20 % of the default capacity).
-    near: u64,
-    identity: Identity,
-    overrides: HashMap<String, Quota>,
-    limiter: Arc<dyn RuleLimiter>,
-    counters: Arc<Counters>,
-}
-
-/// What must stay the same for a rule's state to carry over a reload.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Identity {
-    key: Vec<String>,
-    algorithm: AlgorithmKind,
-    storage: Storage,
-    capacity: Option<usize>,
-    stripes: Option<usize>,
-    /// Window algorithms: the window length (their state layout depends on it).
-    window: Option<Duration>,
-}
-
-impl Identity {
-    fn of(rule: &RuleConfig, algorithm: AlgorithmKind) -> Self {
-        Identity {
-            key: rule.key.clone(),
-            algorithm,
-            storage: rule.storage,
-            capacity: rule.capacity,
-            stripes: rule.stripes,
-            window: (!algorithm.is_bucket()).then_some(rule.period),
-        }
-    }
+    pub(crate) near: u64,
+    pub(crate) identity: Identity,
+    pub(crate) overrides: HashMap<String, Quota>,
+    pub(crate) limiter: Arc<dyn RuleLimiter>,
+    pub(crate) counters: Arc<Counters>,
 }
 
 /// Rule names live for the process: decisions hand out `&'static str` without a reference count.
 /// One allocation per distinct name ever configured.
-fn intern(name: &str) -> &'static str {
+pub(crate) fn intern(name: &str) -> &'static str {
     static NAMES: OnceLock<Mutex<HashSet<&'static str>>> = OnceLock::new();
     let mut names = NAMES
         .get_or_init(Mutex::default)
@@ -270,12 +232,6 @@ fn intern(name: &str) -> &'static str {
 
 type Values<'a> = SmallVec<[Option<&'a str>; 8]>;
 type KeyBuf = SmallVec<[u8; 128]>;
-/// A kept rule's override change: its limiter, the overrides before and after.
-type OverridePlan<'a> = (
-    Arc<dyn RuleLimiter>,
-    &'a HashMap<String, Quota>,
-    HashMap<String, Quota>,
-);
 
 impl Rule {
     #[inline]
@@ -355,7 +311,7 @@ impl<C: Clock + Clone + 'static> Policy<C> {
     /// A [`ConfigError`] naming the rule and field.
     pub fn with_clock(config: PolicyConfig, clock: C) -> Result<Self, ConfigError> {
         let validated = config.validate()?;
-        let (set, _) = RuleSet::build(config, &validated, &clock, None)?;
+        let (set, _, _) = RuleSet::build(config, &validated, &clock, None)?;
         Ok(Policy {
             current: ArcSwap::from_pointee(set),
             clock,
@@ -593,35 +549,6 @@ impl<C: Clock + Clone + 'static> Policy<C> {
         }
     }
 
-    /// Replaces the rules with `config`'s while decisions go on.
-    ///
-    /// * A rule whose identity — name, key descriptors, algorithm, storage, capacity, stripes, and
-    ///   for the window algorithms the window length — is unchanged **keeps its state and counters**.
-    ///   A quota change applies to its existing keys at once, their state words read under the new
-    ///   quota (see [`Reloadable`](crate::Reloadable) for what a GCRA timestamp means then: no key is
-    ///   handed a fresh burst). A striped rule is rebuilt at its predecessor's shared timestamp.
-    /// * Override changes are applied to the kept table; removed rules drop; new ones start fresh.
-    /// * An invalid config is a [`ConfigError`] naming the rule and field, and the old policy stays in
-    ///   force untouched (override changes are applied last and rolled back if one cannot be placed).
-    ///
-    /// Decisions are never blocked: they read whichever rule set is current, and the new one is
-    /// published with one atomic store. Reloads are serialised with each other.
-    ///
-    /// # Errors
-    /// As [`with_clock`](Self::with_clock), plus [`ConfigErrorKind::Keyed`] when a new override cannot
-    /// be placed in a kept table.
-    pub fn reload(&self, config: PolicyConfig) -> Result<ReloadReport, ConfigError> {
-        let _serial = self
-            .reloads
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let validated = config.validate()?;
-        let old = self.current.load_full();
-        let (set, report) = RuleSet::build(config, &validated, &self.clock, Some(&old))?;
-        self.current.store(Arc::new(set));
-        Ok(report)
-    }
-
     fn decide(
         &self,
         set: &RuleSet,
@@ -799,183 +726,6 @@ impl RuleSet {
                 rule.limiter.refund(key, now, cost, receipt);
             }
         }
-    }
-
-    /// Builds a rule set from a validated config, reusing `old`'s state where identities match.
-    /// Nothing shared with `old` is changed unless the whole build succeeds.
-    fn build<C: Clock + Clone + 'static>(
-        config: PolicyConfig,
-        validated: &Validated,
-        clock: &C,
-        old: Option<&RuleSet>,
-    ) -> Result<(RuleSet, ReloadReport), ConfigError> {
-        let mut names: Vec<Box<str>> = Vec::new();
-        let mut index_of = |name: &str| match names.iter().position(|n| **n == *name) {
-            Some(i) => i,
-            None => {
-                names.push(name.into());
-                names.len() - 1
-            }
-        };
-        let mut report = ReloadReport::default();
-        let mut requotas: Vec<(Arc<dyn RuleLimiter>, Quota)> = Vec::new();
-        let mut override_plans: Vec<OverridePlan<'_>> = Vec::new();
-        let mut rules = Vec::with_capacity(config.rules.len());
-        for (rc, valid) in config.rules.iter().zip(&validated.rules) {
-            let name = intern(&rc.name);
-            let identity = Identity::of(rc, valid.algorithm);
-            let overrides: HashMap<String, Quota> = valid.overrides.iter().cloned().collect();
-            let spec = Spec {
-                algorithm: valid.algorithm,
-                storage: rc.storage,
-                quota: valid.quota,
-                capacity: rc.capacity,
-                stripes: rc.stripes,
-            };
-            let err = |kind| ConfigError::new(Some(&rc.name), "rule", kind);
-            let kept = old.and_then(|old| {
-                old.rules
-                    .iter()
-                    .find(|r| r.name == name && r.identity == identity)
-            });
-            let (limiter, counters) = match kept {
-                Some(prev) => {
-                    let limiter = if prev.quota == valid.quota {
-                        Arc::clone(&prev.limiter)
-                    } else if let Some(tat) = prev.limiter.shared_tat() {
-                        // Striped: rebuilt at the predecessor's place on the timeline.
-                        Arc::from(limiter::build(&spec, clock, Some(tat)).map_err(err)?)
-                    } else {
-                        requotas.push((Arc::clone(&prev.limiter), valid.quota));
-                        Arc::clone(&prev.limiter)
-                    };
-                    if prev.overrides != overrides {
-                        override_plans.push((
-                            Arc::clone(&limiter),
-                            &prev.overrides,
-                            overrides.clone(),
-                        ));
-                    }
-                    report.kept.push(name);
-                    (limiter, Arc::clone(&prev.counters))
-                }
-                None => {
-                    let limiter: Arc<dyn RuleLimiter> =
-                        Arc::from(limiter::build(&spec, clock, None).map_err(err)?);
-                    for (value, quota) in &overrides {
-                        limiter
-                            .set_override(value.as_bytes(), *quota)
-                            .map_err(|e| {
-                                ConfigError::new(
-                                    Some(&rc.name),
-                                    "overrides",
-                                    ConfigErrorKind::Keyed(e),
-                                )
-                            })?;
-                    }
-                    report.fresh.push(name);
-                    (
-                        limiter,
-                        Arc::new(Counters::new(name, &config.metric_labels)),
-                    )
-                }
-            };
-            let shown = match rc.delay {
-                Some(_) => tollgate_core::Quota::per(rc.period, rc.limit)
-                    .and_then(|q| rc.burst.map_or(Ok(q), |b| q.with_burst(b)))
-                    .map_err(|e| {
-                        ConfigError::new(Some(&rc.name), "limit", ConfigErrorKind::Quota(e))
-                    })?,
-                None => valid.quota,
-            };
-            let delay = rc
-                .delay
-                .map(|d| (delay_units(&shown, d.max_delay), shown.burst_nanos()));
-            let capacity = match valid.algorithm {
-                AlgorithmKind::Gcra | AlgorithmKind::LeakyBucket => shown.burst(),
-                _ => shown.limit(),
-            };
-            rules.push(Rule {
-                name,
-                matches: rc
-                    .matches
-                    .iter()
-                    .map(|(d, spec)| (index_of(d), spec.clone()))
-                    .collect(),
-                key: rc.key.iter().map(|d| index_of(d)).collect(),
-                mode: rc.mode,
-                quota: valid.quota,
-                shown,
-                delay,
-                near: capacity / 5,
-                identity,
-                overrides,
-                limiter,
-                counters,
-            });
-        }
-        // Everything that can fail has been built. Overrides on kept tables next, with rollback.
-        let mut applied: Vec<(Arc<dyn RuleLimiter>, String, Option<Quota>)> = Vec::new();
-        for (limiter, before, after) in &override_plans {
-            for (value, quota) in after {
-                if before.get(value) == Some(quota) {
-                    continue;
-                }
-                if let Err(e) = limiter.set_override(value.as_bytes(), *quota) {
-                    for (limiter, value, previous) in applied.into_iter().rev() {
-                        match previous {
-                            Some(q) => {
-                                let _ = limiter.set_override(value.as_bytes(), q);
-                            }
-                            None => {
-                                limiter.remove_override(value.as_bytes());
-                            }
-                        }
-                    }
-                    let rule = rules
-                        .iter()
-                        .find(|r| Arc::ptr_eq(&r.limiter, limiter))
-                        .map(|r| r.name);
-                    return Err(ConfigError::new(
-                        rule,
-                        "overrides",
-                        ConfigErrorKind::Keyed(e),
-                    ));
-                }
-                applied.push((
-                    Arc::clone(limiter),
-                    value.clone(),
-                    before.get(value).copied(),
-                ));
-            }
-        }
-        for (limiter, before, after) in &override_plans {
-            for value in before.keys().filter(|v| !after.contains_key(*v)) {
-                limiter.remove_override(value.as_bytes());
-            }
-        }
-        for (limiter, quota) in requotas {
-            // Validated: the algorithm holds this quota.
-            limiter.set_quota(quota);
-        }
-        if let Some(old) = old {
-            report.removed = old
-                .rules
-                .iter()
-                .map(|r| r.name)
-                .filter(|name| !report.kept.contains(name))
-                .collect();
-        }
-        Ok((
-            RuleSet {
-                names: names.into_boxed_slice(),
-                rules: rules.into_boxed_slice(),
-                dry_run: config.dry_run,
-                metrics: config.metrics,
-                config,
-            },
-            report,
-        ))
     }
 }
 

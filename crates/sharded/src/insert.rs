@@ -9,11 +9,17 @@ use crate::slot::SlotWord;
 use crate::sync::{Ordering, lock};
 
 impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
-    /// Under the stripe lock: the key's slot if present, and the slot a new key may take: the first
-    /// empty one, or when the window has none, the first holding an unpinned key fresh at `now`.
+    /// Under the stripe lock (`ledger` is what it guards): the key's slot if present, and the slot a
+    /// new key may take: the first empty one, or when the window has none, the first holding a key
+    /// fresh at `now` that is pinned neither by an override tier nor by [`pin_key`](Self::pin_key).
     /// Empty first, so idle keys stay resident (and are found lock-free when they come back) for as
     /// long as there is room: evicting them early only turns their next decision into an insert.
-    pub(crate) fn scan_locked(&self, place: Place, now: Nanos) -> (Option<SlotAt>, Option<SlotAt>) {
+    pub(crate) fn scan_locked(
+        &self,
+        place: Place,
+        now: Nanos,
+        ledger: &OverflowLedger,
+    ) -> (Option<SlotAt>, Option<SlotAt>) {
         let mut candidate = None;
         for index in self.window_indices(place) {
             let word = self.load(index);
@@ -23,7 +29,11 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
             if word.hash_part() == place.hash_part {
                 return (Some((index, word)), None);
             }
-            if candidate.is_none() && word.tier() == 0 && self.algorithm.is_fresh(word.state, now) {
+            if candidate.is_none()
+                && word.tier() == 0
+                && self.algorithm.is_fresh(word.state, now)
+                && !ledger.is_pinned(word.hash_part())
+            {
                 candidate = Some((index, word));
             }
         }
@@ -42,7 +52,7 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         let stripe = &self.stripes[place.stripe];
         let mut ledger = lock(&stripe.insert);
         loop {
-            match self.scan_locked(place, now) {
+            match self.scan_locked(place, now, &ledger) {
                 (Some((index, found)), _) => {
                     if let Some(result) = self.apply(index, found, now, cost) {
                         return result;

@@ -5,16 +5,21 @@
 /// overflow state (strict, never loose). 32 tags are 256 B per stripe header.
 pub(crate) const LEDGER_TAGS: usize = 32;
 
-/// The hash tags of keys decided by one stripe's overflow state since it was last fresh.
+/// The hash tags of keys decided by one stripe's overflow state since it was last fresh, and of the
+/// keys pinned there by [`pin_key`](crate::KeyedLimiter::pin_key).
 ///
-/// Lives under the stripe's insert mutex: only inserts, overrides and overflow decisions touch it,
-/// all of which hold that lock.
+/// Lives under the stripe's insert mutex: only inserts, overrides, pins and overflow decisions touch
+/// it, all of which hold that lock.
 #[derive(Debug)]
 pub(crate) struct OverflowLedger {
     tags: [u64; LEDGER_TAGS],
     len: usize,
     /// More distinct keys overflowed than `tags` holds: every new key is treated as one of them.
     saturated: bool,
+    /// Hash tags of pinned keys (one entry per pin): their slots are never eviction candidates.
+    /// Empty except while a caller holds pins (a prepared policy reload), so an eviction scan pays
+    /// one length check.
+    pinned: Vec<u64>,
 }
 
 impl OverflowLedger {
@@ -23,7 +28,30 @@ impl OverflowLedger {
             tags: [0; LEDGER_TAGS],
             len: 0,
             saturated: false,
+            pinned: Vec::new(),
         }
+    }
+
+    /// Pins the key with this tag once more.
+    pub(crate) fn pin(&mut self, tag: u64) {
+        self.pinned.push(tag);
+    }
+
+    /// Takes one pin of the key with this tag away; whether it had one.
+    pub(crate) fn unpin(&mut self, tag: u64) -> bool {
+        match self.pinned.iter().position(|&t| t == tag) {
+            Some(i) => {
+                self.pinned.swap_remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether the key with this tag is pinned.
+    #[inline]
+    pub(crate) fn is_pinned(&self, tag: u64) -> bool {
+        !self.pinned.is_empty() && self.pinned.contains(&tag)
     }
 
     /// Notes that the key with this tag was decided by the overflow state.

@@ -33,7 +33,7 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         let mut ledger = lock(&stripe.insert);
         let now = self.clock.now();
         loop {
-            let (found, candidate) = self.scan_locked(place, now);
+            let (found, candidate) = self.scan_locked(place, now, &ledger);
             let (index, old, new) = match (found, candidate) {
                 (Some((index, old)), _) => (index, old, old.with_tier(tier)),
                 (None, Some((index, old))) => {
@@ -60,9 +60,9 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         Q: Hash + ?Sized,
     {
         let place = self.place(self.hasher.hash_one(key));
-        let _guard = lock(&self.stripes[place.stripe].insert);
+        let ledger = lock(&self.stripes[place.stripe].insert);
         loop {
-            let (found, _) = self.scan_locked(place, 0);
+            let (found, _) = self.scan_locked(place, 0, &ledger);
             let Some((index, old)) = found else {
                 return false;
             };
@@ -73,6 +73,86 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
                 return true;
             }
         }
+    }
+
+    /// Makes `key` resident and unevictable until [`unpin_key`](Self::unpin_key), without changing
+    /// what it is decided by: a key already in the table keeps its slot and state; a key that is not
+    /// takes a slot with the state an insert would give it (fresh, or the overflow state it owes), as
+    /// its next decision would have. Pins count: each needs its own `unpin_key`.
+    ///
+    /// What it is for: a later [`set_override`](Self::set_override) of a pinned key cannot fail with
+    /// [`KeyedError::WindowFull`] (so a reload can place overrides after it has committed). While a
+    /// key is pinned, a lock-free peek or refund of a *missing* key in its window may count the
+    /// pinned slot as room.
+    ///
+    /// # Errors
+    /// [`KeyedError::WindowFull`] when the key is not in the table and its window has no room.
+    pub fn pin_key<Q>(&self, key: &Q) -> Result<(), KeyedError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + ?Sized,
+    {
+        let place = self.place(self.hasher.hash_one(key));
+        let stripe = &self.stripes[place.stripe];
+        let mut ledger = lock(&stripe.insert);
+        let now = self.clock.now();
+        loop {
+            match self.scan_locked(place, now, &ledger) {
+                (Some(_), _) => break,
+                (None, Some((index, old))) => {
+                    let state = self.new_key_state(stripe, &mut ledger, place.hash_part, now);
+                    if self.replace(index, old, SlotWord::new(place.hash_part, 0, state)) {
+                        if old.is_empty() {
+                            self.count_insert(place.stripe);
+                        }
+                        ledger.settle(place.hash_part);
+                        break;
+                    }
+                }
+                (None, None) => return Err(KeyedError::WindowFull),
+            }
+        }
+        ledger.pin(place.hash_part);
+        Ok(())
+    }
+
+    /// Takes away one [`pin_key`](Self::pin_key) of `key`; whether it had one. The key stays in the
+    /// table (evictable again once fresh).
+    pub fn unpin_key<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + ?Sized,
+    {
+        let place = self.place(self.hasher.hash_one(key));
+        lock(&self.stripes[place.stripe].insert).unpin(place.hash_part)
+    }
+
+    /// Whether [`set_override`](Self::set_override) with each of `quotas` would find a tier: each is
+    /// a quota the algorithm holds, and the ones no tier has yet fit in the free tiers. Stays true
+    /// until someone else sets an override with a new quota.
+    ///
+    /// # Errors
+    /// [`KeyedError::Quota`] for a quota the algorithm cannot represent,
+    /// [`KeyedError::TooManyOverrideQuotas`] when the new quotas do not fit.
+    pub fn check_override_quotas(&self, quotas: &[Quota]) -> Result<(), KeyedError> {
+        let _guard = lock(&self.tiers_lock);
+        let mut free = self.tiers.iter().filter(|t| t.get().is_none()).count();
+        let mut counted: Vec<Quota> = Vec::new();
+        for quota in quotas {
+            A::from_quota(*quota)?;
+            let known = self
+                .tiers
+                .iter()
+                .any(|t| t.get().is_some_and(|a| a.quota() == quota));
+            if known || counted.contains(quota) {
+                continue;
+            }
+            free = free
+                .checked_sub(1)
+                .ok_or(KeyedError::TooManyOverrideQuotas)?;
+            counted.push(*quota);
+        }
+        Ok(())
     }
 
     /// The quota `key` is limited by: its override, or the default.

@@ -505,3 +505,54 @@ fn a_peek_for_a_new_key_counts_fresh_keys_as_room() -> Result {
     assert_eq!(limiter.overflow_decisions(), 1, "20 took a slot");
     Ok(())
 }
+
+#[test]
+fn a_pinned_key_is_never_evicted_and_its_override_always_fits() -> Result {
+    let clock = ManualClock::new();
+    // One window of 4 slots: key 0 pinned while fresh, then three live keys fill the rest.
+    let limiter = tiny(Quota::per_second(1)?, 4, &clock)?;
+    limiter.pin_key(&0)?;
+    assert_eq!(limiter.len(), 1, "a pin makes the key resident");
+    assert!(
+        limiter.check_key(&0, 1)?.is_allowed(),
+        "and changes no decision"
+    );
+    clock.advance(Duration::from_secs(5));
+    for key in 1..4 {
+        limiter.check_key(&key, 1)?;
+    }
+    // Key 0 is fresh again, so a new key would evict it, but it is pinned: the new key overflows.
+    let before = limiter.overflow_decisions();
+    limiter.check_key(&4, 1)?;
+    assert_eq!(limiter.overflow_decisions(), before + 1);
+    // Its override fits although the window is full of live keys; key 5's does not.
+    limiter.set_override(&0, Quota::per_second(2)?)?;
+    assert_eq!(
+        limiter.set_override(&5, Quota::per_second(2)?),
+        Err(KeyedError::WindowFull)
+    );
+    assert_eq!(limiter.pin_key(&5), Err(KeyedError::WindowFull));
+    assert!(limiter.unpin_key(&0));
+    assert!(!limiter.unpin_key(&0), "pins count");
+    Ok(())
+}
+
+#[test]
+fn check_override_quotas_counts_the_new_quotas_against_the_free_tiers() -> Result {
+    let clock = ManualClock::new();
+    let limiter = tiny(Quota::per_second(1)?, 4, &clock)?;
+    for i in 0..MAX_OVERRIDE_QUOTAS as u64 - 2 {
+        limiter.set_override(&0, Quota::per_second(i + 2)?)?;
+    }
+    let (known, new1, new2) = (
+        Quota::per_second(2)?,
+        Quota::per_second(500)?,
+        Quota::per_second(600)?,
+    );
+    limiter.check_override_quotas(&[known, new1, new1, new2])?;
+    assert_eq!(
+        limiter.check_override_quotas(&[new1, new2, Quota::per_second(700)?]),
+        Err(KeyedError::TooManyOverrideQuotas)
+    );
+    Ok(())
+}

@@ -282,6 +282,17 @@ impl<C: Clock> StripedLimiter<C> {
         }
     }
 
+    /// Moves the shared GCRA word up to `tat` if it is below (never down): a rebuilt limiter that was
+    /// given its predecessor's word with [`with_shared_tat`](Self::with_shared_tat) catches up with
+    /// the admissions the predecessor made since. Only stricter, so safe on a live limiter too.
+    pub fn raise_shared_tat(&self, tat: Nanos) {
+        let raised: Result<((), u64), std::convert::Infallible> =
+            self.shared.update(self.shared.load(), |current| {
+                Ok(((), (tat > current).then_some(tat)))
+            });
+        let _ = raised;
+    }
+
     /// The number of stripes (a power of two).
     pub fn stripes(&self) -> usize {
         self.stripes.len()

@@ -1,0 +1,395 @@
+//! Reloading a [`Policy`]: the rule-set build, which carries a kept rule's state over, and the
+//! diff between the old rule set and the new one.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, MutexGuard};
+use std::time::Duration;
+
+use tollgate_core::{Clock, Quota};
+
+use crate::config::{
+    AlgorithmKind, ConfigError, ConfigErrorKind, PolicyConfig, RuleConfig, Storage, Validated,
+    delay_units,
+};
+use crate::limiter::{self, RuleLimiter, Spec};
+use crate::policy::{Policy, Rule, RuleSet, intern};
+use crate::stats::Counters;
+use tollgate_sharded::KeyedError;
+
+/// What a reload did, per rule name.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReloadReport {
+    /// Rules whose state (and counters) carried over, under their new quota if it changed.
+    pub kept: Vec<&'static str>,
+    /// Rules that start fresh (new names, or a changed identity).
+    pub fresh: Vec<&'static str>,
+    /// Rules that are gone.
+    pub removed: Vec<&'static str>,
+}
+
+/// What must stay the same for a rule's state to carry over a reload.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Identity {
+    key: Vec<String>,
+    pub(crate) algorithm: AlgorithmKind,
+    storage: Storage,
+    capacity: Option<usize>,
+    stripes: Option<usize>,
+    /// Window algorithms: the window length (their state layout depends on it).
+    window: Option<Duration>,
+}
+
+impl Identity {
+    pub(crate) fn of(rule: &RuleConfig, algorithm: AlgorithmKind) -> Self {
+        Identity {
+            key: rule.key.clone(),
+            algorithm,
+            storage: rule.storage,
+            capacity: rule.capacity,
+            stripes: rule.stripes,
+            window: (!algorithm.is_bucket()).then_some(rule.period),
+        }
+    }
+}
+
+/// Every change a reload makes to state the live policy shares, worked out and checked while
+/// preparing and applied only by [`PreparedReload::commit`].
+#[derive(Default)]
+pub(crate) struct Effects {
+    /// Kept keyed or atomic limiters whose default quota changes.
+    requotas: Vec<(Arc<dyn RuleLimiter>, Quota)>,
+    /// Striped rules rebuilt under a new quota: the new limiter takes over the old one's timeline.
+    takeovers: Vec<(Arc<dyn RuleLimiter>, Arc<dyn RuleLimiter>)>,
+    /// Overrides to set on kept tables (their keys pinned while prepared).
+    set: Vec<(Arc<dyn RuleLimiter>, String, Quota)>,
+    /// Overrides to remove from kept tables.
+    remove: Vec<(Arc<dyn RuleLimiter>, String)>,
+}
+
+impl Drop for Effects {
+    /// Takes back the pins that `set` holds: after the commit placed their overrides, or when the
+    /// reload is dropped or fails while being built.
+    fn drop(&mut self) {
+        for (limiter, value, _) in &self.set {
+            limiter.unpin_key(value.as_bytes());
+        }
+    }
+}
+
+/// A reload that has been validated and built but has changed nothing live: from
+/// [`Policy::prepare_reload`]. [`commit`](Self::commit) applies it and cannot fail; dropping it
+/// leaves the policy exactly as it was.
+///
+/// It holds the policy's reload lock, so while it exists no other reload (or preparation) starts:
+/// commit or drop it promptly. Keys that get a new override in a kept table are pinned in that
+/// table while it exists (so that committing can place the override), which is invisible to their
+/// decisions.
+///
+/// ```
+/// use tollgate_core::ManualClock;
+/// use tollgate_policy::{Policy, PolicyConfig};
+/// let config = |limit| PolicyConfig::from_toml(&format!(r#"
+///     [[rules]]
+///     name = "global"
+///     limit = {limit}
+///     period = "1s"
+/// "#));
+/// let policy = Policy::with_clock(config(2)?, ManualClock::new())?;
+/// let prepared = policy.prepare_reload(config(5)?)?; // validated and built; nothing live changed
+/// assert_eq!(policy.config(), config(2)?);
+/// let report = prepared.commit(); // cannot fail
+/// assert_eq!(report.kept, ["global"]);
+/// assert_eq!(policy.config(), config(5)?);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[must_use = "a prepared reload changes nothing until it is committed"]
+pub struct PreparedReload<'a, C> {
+    policy: &'a Policy<C>,
+    _serial: MutexGuard<'a, ()>,
+    set: RuleSet,
+    report: ReloadReport,
+    effects: Effects,
+}
+
+impl<C> fmt::Debug for PreparedReload<'_, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PreparedReload")
+            .field("report", &self.report)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C> PreparedReload<'_, C> {
+    /// What committing will do, per rule name.
+    pub fn report(&self) -> &ReloadReport {
+        &self.report
+    }
+
+    /// Applies the reload: override changes on kept tables, quota changes of kept rules, then the
+    /// new rule set published with one atomic store. Every step was checked while preparing, so
+    /// nothing here can fail.
+    pub fn commit(self) -> ReloadReport {
+        let PreparedReload {
+            policy,
+            _serial,
+            set,
+            report,
+            effects,
+        } = self;
+        for (limiter, value, quota) in &effects.set {
+            // Cannot fail: the quota's tier was checked to fit while preparing (only reloads set
+            // overrides, and they are serialised by the lock we hold) and the key is pinned.
+            let placed = limiter.set_override(value.as_bytes(), *quota);
+            debug_assert!(placed.is_ok(), "a checked override failed: {placed:?}");
+        }
+        for (limiter, value) in &effects.remove {
+            limiter.remove_override(value.as_bytes());
+        }
+        for (limiter, quota) in &effects.requotas {
+            // Validated: the algorithm holds this quota.
+            limiter.set_quota(*quota);
+        }
+        for (new, old) in &effects.takeovers {
+            new.take_over(old.as_ref());
+        }
+        policy.current.store(Arc::new(set));
+        // Dropping `effects` takes the pins back; dropping `_serial` lets the next reload in.
+        drop(effects);
+        report
+    }
+}
+
+impl<C: Clock + Clone + 'static> Policy<C> {
+    /// Replaces the rules with `config`'s while decisions go on: [`prepare_reload`] then
+    /// [`PreparedReload::commit`].
+    ///
+    /// * A rule whose identity — name, key descriptors, algorithm, storage, capacity, stripes, and
+    ///   for the window algorithms the window length — is unchanged **keeps its state and counters**.
+    ///   A quota change applies to its existing keys at once, their state words read under the new
+    ///   quota (see [`Reloadable`](crate::Reloadable) for what a GCRA timestamp means then: no key is
+    ///   handed a fresh burst). A striped rule is rebuilt at its predecessor's shared timestamp.
+    /// * Override changes are applied to the kept table; removed rules drop; new ones start fresh.
+    /// * An invalid config is a [`ConfigError`] naming the rule and field, and the old policy stays in
+    ///   force untouched.
+    ///
+    /// Decisions are never blocked: they read whichever rule set is current, and the new one is
+    /// published with one atomic store. Reloads are serialised with each other.
+    ///
+    /// [`prepare_reload`]: Self::prepare_reload
+    ///
+    /// # Errors
+    /// As [`prepare_reload`](Self::prepare_reload).
+    pub fn reload(&self, config: PolicyConfig) -> Result<ReloadReport, ConfigError> {
+        self.prepare_reload(config).map(PreparedReload::commit)
+    }
+
+    /// The first half of [`reload`](Self::reload): validates `config` and builds everything the new
+    /// rule set needs (new tables allocated, new overrides checked to fit in kept tables) while
+    /// changing nothing live. [`PreparedReload::commit`] applies it and cannot fail; dropping the
+    /// [`PreparedReload`] changes nothing. For a caller that reloads several policies all or
+    /// nothing: prepare each, and commit them only when every one prepared.
+    ///
+    /// Waits for a reload being prepared elsewhere to be committed or dropped.
+    ///
+    /// # Errors
+    /// As [`with_clock`](Self::with_clock), plus [`ConfigErrorKind::Keyed`] when a new override cannot
+    /// be placed in a kept table (its key's probe window is full of live keys, or the table's
+    /// override quotas are all taken).
+    pub fn prepare_reload(
+        &self,
+        config: PolicyConfig,
+    ) -> Result<PreparedReload<'_, C>, ConfigError> {
+        let serial = self
+            .reloads
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let validated = config.validate()?;
+        let old = self.current.load_full();
+        let (set, report, effects) = RuleSet::build(config, &validated, &self.clock, Some(&old))?;
+        Ok(PreparedReload {
+            policy: self,
+            _serial: serial,
+            set,
+            report,
+            effects,
+        })
+    }
+}
+
+impl RuleSet {
+    /// Builds a rule set from a validated config, reusing `old`'s state where identities match.
+    /// Nothing shared with `old` is changed: what must change there is returned as [`Effects`], every
+    /// one of them checked to be applicable (new overrides' keys pinned). The first load ignores
+    /// them (there is no `old`).
+    pub(crate) fn build<C: Clock + Clone + 'static>(
+        config: PolicyConfig,
+        validated: &Validated,
+        clock: &C,
+        old: Option<&RuleSet>,
+    ) -> Result<(RuleSet, ReloadReport, Effects), ConfigError> {
+        let mut names: Vec<Box<str>> = Vec::new();
+        let mut index_of = |name: &str| match names.iter().position(|n| **n == *name) {
+            Some(i) => i,
+            None => {
+                names.push(name.into());
+                names.len() - 1
+            }
+        };
+        let mut report = ReloadReport::default();
+        let mut effects = Effects::default();
+        let mut rules = Vec::with_capacity(config.rules.len());
+        for (rc, valid) in config.rules.iter().zip(&validated.rules) {
+            let name = intern(&rc.name);
+            let identity = Identity::of(rc, valid.algorithm);
+            let overrides: HashMap<String, Quota> = valid.overrides.iter().cloned().collect();
+            let spec = Spec {
+                algorithm: valid.algorithm,
+                storage: rc.storage,
+                quota: valid.quota,
+                capacity: rc.capacity,
+                stripes: rc.stripes,
+            };
+            let err = |kind| ConfigError::new(Some(&rc.name), "rule", kind);
+            let kept = old.and_then(|old| {
+                old.rules
+                    .iter()
+                    .find(|r| r.name == name && r.identity == identity)
+            });
+            let (limiter, counters) = match kept {
+                Some(prev) => {
+                    let limiter = if prev.quota == valid.quota {
+                        Arc::clone(&prev.limiter)
+                    } else if let Some(tat) = prev.limiter.shared_tat() {
+                        // Striped: rebuilt at the predecessor's place on the timeline, and moved
+                        // up to where the predecessor is at the commit.
+                        let new: Arc<dyn RuleLimiter> =
+                            Arc::from(limiter::build(&spec, clock, Some(tat)).map_err(err)?);
+                        effects
+                            .takeovers
+                            .push((Arc::clone(&new), Arc::clone(&prev.limiter)));
+                        new
+                    } else {
+                        effects
+                            .requotas
+                            .push((Arc::clone(&prev.limiter), valid.quota));
+                        Arc::clone(&prev.limiter)
+                    };
+                    if prev.overrides != overrides {
+                        plan_overrides(&mut effects, &limiter, &prev.overrides, &overrides)
+                            .map_err(|e| {
+                                ConfigError::new(
+                                    Some(&rc.name),
+                                    "overrides",
+                                    ConfigErrorKind::Keyed(e),
+                                )
+                            })?;
+                    }
+                    report.kept.push(name);
+                    (limiter, Arc::clone(&prev.counters))
+                }
+                None => {
+                    let limiter: Arc<dyn RuleLimiter> =
+                        Arc::from(limiter::build(&spec, clock, None).map_err(err)?);
+                    for (value, quota) in &overrides {
+                        limiter
+                            .set_override(value.as_bytes(), *quota)
+                            .map_err(|e| {
+                                ConfigError::new(
+                                    Some(&rc.name),
+                                    "overrides",
+                                    ConfigErrorKind::Keyed(e),
+                                )
+                            })?;
+                    }
+                    report.fresh.push(name);
+                    (
+                        limiter,
+                        Arc::new(Counters::new(name, &config.metric_labels)),
+                    )
+                }
+            };
+            let shown = match rc.delay {
+                Some(_) => tollgate_core::Quota::per(rc.period, rc.limit)
+                    .and_then(|q| rc.burst.map_or(Ok(q), |b| q.with_burst(b)))
+                    .map_err(|e| {
+                        ConfigError::new(Some(&rc.name), "limit", ConfigErrorKind::Quota(e))
+                    })?,
+                None => valid.quota,
+            };
+            let delay = rc
+                .delay
+                .map(|d| (delay_units(&shown, d.max_delay), shown.burst_nanos()));
+            let capacity = match valid.algorithm {
+                AlgorithmKind::Gcra | AlgorithmKind::LeakyBucket => shown.burst(),
+                _ => shown.limit(),
+            };
+            rules.push(Rule {
+                name,
+                matches: rc
+                    .matches
+                    .iter()
+                    .map(|(d, spec)| (index_of(d), spec.clone()))
+                    .collect(),
+                key: rc.key.iter().map(|d| index_of(d)).collect(),
+                mode: rc.mode,
+                quota: valid.quota,
+                shown,
+                delay,
+                near: capacity / 5,
+                identity,
+                overrides,
+                limiter,
+                counters,
+            });
+        }
+        if let Some(old) = old {
+            report.removed = old
+                .rules
+                .iter()
+                .map(|r| r.name)
+                .filter(|name| !report.kept.contains(name))
+                .collect();
+        }
+        Ok((
+            RuleSet {
+                names: names.into_boxed_slice(),
+                rules: rules.into_boxed_slice(),
+                dry_run: config.dry_run,
+                metrics: config.metrics,
+                config,
+            },
+            report,
+            effects,
+        ))
+    }
+}
+
+/// Plans a kept table's override changes from `before` to `after` into `effects`: checks that the
+/// new quotas fit the table's tiers and pins each key that gets a new or changed override (so the
+/// commit can place it). On an error every pin taken so far stays listed in `effects`, whose owner
+/// takes them back.
+fn plan_overrides(
+    effects: &mut Effects,
+    limiter: &Arc<dyn RuleLimiter>,
+    before: &HashMap<String, Quota>,
+    after: &HashMap<String, Quota>,
+) -> Result<(), KeyedError> {
+    let changed: Vec<(&String, Quota)> = after
+        .iter()
+        .filter(|(value, quota)| before.get(*value) != Some(*quota))
+        .map(|(value, quota)| (value, *quota))
+        .collect();
+    let quotas: Vec<Quota> = changed.iter().map(|(_, quota)| *quota).collect();
+    limiter.check_override_quotas(&quotas)?;
+    for (value, quota) in changed {
+        limiter.pin_key(value.as_bytes())?;
+        effects
+            .set
+            .push((Arc::clone(limiter), value.clone(), quota));
+    }
+    for value in before.keys().filter(|v| !after.contains_key(*v)) {
+        effects.remove.push((Arc::clone(limiter), value.clone()));
+    }
+    Ok(())
+}
