@@ -284,7 +284,9 @@ period = "1s"
 /// SIGTERM at the HTTP/2 level, with a raw h2 client: a call whose request is half sent when the
 /// signal arrives (so the server holds it open) still completes after the server has said GOAWAY,
 /// and that GOAWAY, like every one the connection ends with, carries NO_ERROR (not
-/// PROTOCOL_ERROR): h2 reports any other code as the connection's error.
+/// PROTOCOL_ERROR): h2 reports any other code as the connection's error. The signal comes right
+/// after the server is up, so this also shows the handler is installed by then (the process used
+/// to install it last, and die undrained on an early SIGTERM).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_sends_goaway_no_error_and_the_call_in_flight_completes() {
     use bytes::{BufMut, Bytes, BytesMut};
@@ -296,7 +298,8 @@ async fn sigterm_sends_goaway_no_error_and_the_call_in_flight_completes() {
     let tcp = tokio::net::TcpStream::connect(server.grpc)
         .await
         .expect("connect");
-    let (mut send, connection) = h2::client::handshake(tcp).await.expect("handshake");
+    let (mut send, mut connection) = h2::client::handshake(tcp).await.expect("handshake");
+    let mut ping = connection.ping_pong().expect("ping handle");
     let connection = tokio::spawn(connection);
 
     let message = request("edge", vec![descriptor(&[("user", "inflight")])], 1).encode_to_vec();
@@ -321,6 +324,9 @@ async fn sigterm_sends_goaway_no_error_and_the_call_in_flight_completes() {
     let (response, mut body) = send.send_request(head, false).expect("send");
     // Half the message: the server has the stream and waits for the rest.
     body.send_data(frame.slice(..3), false).expect("first half");
+    // The server answers a PING after the frames before it: once the PONG is back, it has the
+    // stream open.
+    ping.ping(h2::Ping::opaque()).await.expect("pong");
 
     server.signal("TERM");
     let server = tokio::task::spawn_blocking(move || {
