@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use tollgate_core::Decision;
+use tollgate_core::MonotonicClock;
 use tollgate_http::{FieldValues, PolicyFields};
-use tollgate_policy::{Policy, PolicyDecision, PolicyError};
+use tollgate_policy::{Policy, PolicyDecision, PolicyError, PreparedReload};
 
 use crate::config::{Backend, ServerConfig};
 use crate::redis_backend::{Connections, RedisRules};
@@ -40,6 +41,9 @@ pub type Domains = HashMap<String, Arc<Domain>>;
 pub struct Limiter {
     domains: ArcSwap<Domains>,
     connections: Connections,
+    /// Serialises [`reload`](Limiter::reload)s: each holds every kept domain's policy reload lock
+    /// between preparing and committing, and two taking them in different orders would deadlock.
+    reloads: std::sync::Mutex<()>,
 }
 
 /// Why a request could not be decided (answered with an error, not a decision).
@@ -91,23 +95,36 @@ impl Limiter {
     /// The first domain whose policy cannot be built.
     pub fn new(config: &ServerConfig) -> Result<Self, String> {
         let connections = Connections::default();
-        let domains = build(config, None, &connections)?;
+        let domains = commit(build(config, None, &connections)?);
         Ok(Limiter {
             domains: ArcSwap::from_pointee(domains),
             connections,
+            reloads: std::sync::Mutex::new(()),
         })
     }
 
-    /// Applies a new config with the policy engine's reload semantics: a domain that stays keeps
-    /// its policy (unchanged rules keep their state, so no fresh burst); new domains start fresh;
-    /// removed ones go. Every domain's new policy is built first, and nothing changes when any
-    /// fails.
+    /// Applies a new config, all or nothing across its domains, with the policy engine's reload
+    /// semantics per domain: an embedded domain that stays keeps its policy (unchanged rules keep
+    /// their state, so no fresh burst); new domains start fresh; removed ones go; a Redis domain
+    /// is rebuilt (its state is in Redis; unchanged rules keep their limiters).
+    ///
+    /// First every domain is prepared, changing nothing live: each kept domain's reload is
+    /// prepared ([`Policy::prepare_reload`]: built and checked against the live tables, no
+    /// throwaway policy) and each new or rebuilt domain is built. When any fails, those
+    /// preparations are dropped and nothing has changed. Only then are the kept domains' reloads
+    /// committed (which cannot fail) and the domain map swapped. Between the first commit and the
+    /// swap (no allocation, no lock waited on) a request may see a kept domain's new rules while
+    /// an added domain is not there yet.
     ///
     /// # Errors
-    /// The first domain that fails; the old config stays in force.
+    /// The first domain that fails; the old config stays in force, every domain as it was.
     pub fn reload(&self, config: &ServerConfig) -> Result<(), String> {
+        let _serial = self
+            .reloads
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let current = self.domains.load_full();
-        let next = build(config, Some(&current), &self.connections)?;
+        let next = commit(build(config, Some(&current), &self.connections)?);
         self.domains.store(Arc::new(next));
         self.connections.retain_used(config);
         Ok(())
@@ -273,57 +290,86 @@ fn deciding(statuses: &[Verdict], ok: bool) -> Option<usize> {
     best.map(|(i, _, _)| i)
 }
 
-fn build(
+/// One domain of a config being applied, ready but not live.
+enum Staged<'a> {
+    /// An embedded domain that stays embedded: its policy's reload, prepared (committing applies
+    /// it in place, so its state carries over).
+    Kept(&'a Arc<Domain>, PreparedReload<'a, MonotonicClock>),
+    /// A domain built whole: new, or on Redis, or changing backend.
+    Built(Domain),
+}
+
+/// Prepares every domain of `config` against `current` (the live domains, `None` at start),
+/// changing nothing live; dropping the result undoes everything but Redis connections opened for
+/// new URLs (which the next successful reload lets go of).
+fn build<'a>(
     config: &ServerConfig,
-    current: Option<&Domains>,
+    current: Option<&'a Domains>,
     connections: &Connections,
-) -> Result<Domains, String> {
-    // Build (and so fully check) every new policy before touching a live one.
-    let mut fresh = HashMap::new();
+) -> Result<Vec<(String, Staged<'a>)>, String> {
+    let mut staged = Vec::with_capacity(config.domains.len());
     for d in &config.domains {
-        let policy =
-            Policy::new(d.policy.clone()).map_err(|e| format!("domain `{}`: {e}", d.name))?;
-        let redis = match &d.backend {
-            Backend::Embedded => None,
-            Backend::Redis(settings) => {
-                let old = current
-                    .and_then(|c| c.get(&d.name))
-                    .and_then(|c| c.redis.as_ref());
-                Some(
-                    RedisRules::build(&d.name, settings, &d.policy, connections, old)
-                        .map_err(|e| format!("domain `{}`: {e}", d.name))?,
-                )
-            }
-        };
-        fresh.insert(d.name.clone(), (policy, redis));
-    }
-    let mut out = HashMap::new();
-    for d in &config.domains {
-        let built = fresh.remove(&d.name);
-        // An embedded domain keeps its policy (its state); a Redis domain's state is in Redis, so
-        // it is rebuilt whole (its limiters reused where unchanged, see `RedisRules::build`).
-        let kept = current
-            .and_then(|c| c.get(&d.name))
-            .filter(|c| c.backend == Backend::Embedded && d.backend == Backend::Embedded);
-        let domain = match (kept, built) {
-            (Some(old), _) => {
+        let named = |e: &dyn std::fmt::Display| format!("domain `{}`: {e}", d.name);
+        // Checked at parse time too; here because preparing one policy twice would wait on its
+        // own reload lock.
+        if staged.iter().any(|(name, _)| *name == d.name) {
+            return Err(named(&"listed twice"));
+        }
+        let old = current.and_then(|c| c.get(&d.name));
+        let kept = old.filter(|o| o.backend == Backend::Embedded && d.backend == Backend::Embedded);
+        let domain = match kept {
+            Some(old) => Staged::Kept(
+                old,
                 old.policy
-                    .reload(d.policy.clone())
-                    .map_err(|e| format!("domain `{}`: {e}", d.name))?;
-                Arc::clone(old)
+                    .prepare_reload(d.policy.clone())
+                    .map_err(|e| named(&e))?,
+            ),
+            None => {
+                let policy = Policy::new(d.policy.clone()).map_err(|e| named(&e))?;
+                let redis = match &d.backend {
+                    Backend::Embedded => None,
+                    Backend::Redis(settings) => Some(
+                        RedisRules::build(
+                            &d.name,
+                            settings,
+                            &d.policy,
+                            connections,
+                            old.and_then(|o| o.redis.as_ref()),
+                        )
+                        .map_err(|e| named(&e))?,
+                    ),
+                };
+                Staged::Built(Domain {
+                    policy,
+                    fields: PolicyFields::new(),
+                    backend: d.backend.clone(),
+                    redis,
+                    metrics: Arc::new(DecisionMetrics::new(&d.name)),
+                })
             }
-            (None, Some((policy, redis))) => Arc::new(Domain {
-                policy,
-                fields: PolicyFields::new(),
-                backend: d.backend.clone(),
-                redis,
-                metrics: Arc::new(DecisionMetrics::new(&d.name)),
-            }),
-            (None, None) => return Err(format!("domain `{}` could not be built", d.name)),
         };
-        out.insert(d.name.clone(), domain);
+        staged.push((d.name.clone(), domain));
     }
-    Ok(out)
+    Ok(staged)
+}
+
+/// Applies what [`build`] staged (cannot fail): kept domains' reloads are committed; the map of
+/// the next domains is returned for the caller to swap in.
+fn commit(staged: Vec<(String, Staged<'_>)>) -> Domains {
+    staged
+        .into_iter()
+        .map(|(name, domain)| {
+            let domain = match domain {
+                Staged::Kept(old, prepared) => {
+                    let report = prepared.commit();
+                    tracing::debug!(domain = %name, ?report, "domain reloaded");
+                    Arc::clone(old)
+                }
+                Staged::Built(domain) => Arc::new(domain),
+            };
+            (name, domain)
+        })
+        .collect()
 }
 
 #[cfg(test)]

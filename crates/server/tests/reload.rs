@@ -299,3 +299,135 @@ fn an_empty_config_is_refused_at_start() {
     );
     assert_eq!(status, 404);
 }
+
+/// A domain with one keyed rule `per_user` (`limit` an hour), and `extra` TOML after it.
+fn domain(name: &str, limit: u64, capacity: u64, extra: &str) -> String {
+    format!(
+        r#"
+[[domains]]
+name = "{name}"
+[domains.policy]
+[[domains.policy.rules]]
+name = "per_user"
+match = {{ user = "any" }}
+key = ["user"]
+limit = {limit}
+period = "1h"
+capacity = {capacity}
+{extra}"#
+    )
+}
+
+/// `(code, limit_remaining, requests_per_unit)` of one call for `user` in `domain`; `None` for an
+/// error (an unknown domain).
+async fn call_in(
+    client: &mut RateLimitServiceClient<Channel>,
+    domain: &str,
+    user: &str,
+) -> Option<(i32, u32, u32)> {
+    let r = client
+        .should_rate_limit(request(domain, vec![descriptor(&[("user", user)])], 1))
+        .await
+        .ok()?
+        .into_inner();
+    let s = &r.statuses[0];
+    Some((
+        r.overall_code,
+        s.limit_remaining,
+        s.current_limit.as_ref().map_or(0, |l| l.requests_per_unit),
+    ))
+}
+
+/// A reload is all or nothing across domains. Domain `c`'s key table (capacity 1: one probe
+/// window of 32 slots) is filled with live keys, so an override for a key not in it cannot be
+/// placed: that is found only against the live table, after `a` and `b` (listed first) are
+/// prepared. The reload is refused and `a`, `b`, `c` decide exactly as before with their state;
+/// the domain it would add is not there and the one it would remove still is. The same reload
+/// without the override then applies to every domain, carrying state (no fresh burst).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_whose_third_domain_fails_changes_no_domain() {
+    let v1 = [
+        domain("a", 3, 1000, ""),
+        domain("b", 3, 1000, ""),
+        domain("c", 3, 1, ""),
+        domain("gone", 3, 1000, ""),
+    ]
+    .concat();
+    let dir = temp_dir("reload-all-or-nothing");
+    let server = Server::start(&dir, &v1);
+    let path = server.config.clone();
+    let mut client = server.client().await;
+    let ok = Code::Ok as i32;
+    let over = Code::OverLimit as i32;
+
+    // a: x spends 2 of 3. b: x spends all 3. c: 32 keys, each live for the hour.
+    for left in [2, 1] {
+        assert_eq!(call_in(&mut client, "a", "x").await, Some((ok, left, 3)));
+    }
+    for left in [2, 1, 0] {
+        assert_eq!(call_in(&mut client, "b", "x").await, Some((ok, left, 3)));
+    }
+    for i in 0..32 {
+        let user = format!("u{i}");
+        assert_eq!(call_in(&mut client, "c", &user).await, Some((ok, 2, 3)));
+    }
+
+    // New quotas for a and b, an override c cannot place, a domain added and one removed.
+    let override_c = "[[domains.policy.overrides]]\nrule = \"per_user\"\nvalues = [\"absent\"]\nlimit = 50\nperiod = \"1h\"\n";
+    let failing = [
+        domain("a", 10, 1000, ""),
+        domain("b", 10, 1000, ""),
+        domain("c", 3, 1, override_c),
+        domain("d", 3, 1000, ""),
+    ]
+    .concat();
+    write_atomically(&path, &with_ports(&failing));
+    let line = server
+        .wait_log("reload rejected", Duration::from_secs(20))
+        .expect("the reload is refused");
+    assert!(line.contains("domain `c`"), "{line}");
+    assert_eq!(reloads(&server, "error"), 1);
+
+    // Exactly as before: a's x has its last unit under the old quota, b's x none, c's keys one
+    // unit spent each, the old domain answers and the new one does not exist.
+    assert_eq!(call_in(&mut client, "a", "x").await, Some((ok, 0, 3)));
+    assert_eq!(call_in(&mut client, "a", "x").await, Some((over, 0, 3)));
+    assert_eq!(call_in(&mut client, "a", "fresh").await, Some((ok, 2, 3)));
+    assert_eq!(call_in(&mut client, "b", "x").await, Some((over, 0, 3)));
+    assert_eq!(call_in(&mut client, "c", "u0").await, Some((ok, 1, 3)));
+    assert_eq!(call_in(&mut client, "gone", "x").await, Some((ok, 2, 3)));
+    assert_eq!(
+        call_in(&mut client, "d", "x").await,
+        None,
+        "d was not added"
+    );
+
+    // Without the override the same change applies everywhere, and kept keys keep their state.
+    let good = [
+        domain("a", 10, 1000, ""),
+        domain("b", 10, 1000, ""),
+        domain("c", 3, 1, ""),
+        domain("d", 3, 1000, ""),
+    ]
+    .concat();
+    write_atomically(&path, &with_ports(&good));
+    assert!(
+        server
+            .wait_log("config reloaded", Duration::from_secs(20))
+            .is_some()
+    );
+    assert_eq!(reloads(&server, "ok"), 1);
+    assert_eq!(
+        call_in(&mut client, "b", "x").await.map(|r| (r.0, r.2)),
+        Some((over, 10)),
+        "b's x spent its burst: no fresh one under the new quota"
+    );
+    assert_eq!(call_in(&mut client, "a", "new").await, Some((ok, 9, 10)));
+    assert_eq!(call_in(&mut client, "c", "u1").await, Some((ok, 1, 3)));
+    assert_eq!(call_in(&mut client, "d", "x").await, Some((ok, 2, 3)));
+    assert_eq!(
+        call_in(&mut client, "gone", "x").await,
+        None,
+        "gone is gone"
+    );
+}
