@@ -68,7 +68,7 @@ pub async fn run(path: PathBuf, overrides: Overrides) -> Result<(), Box<dyn std:
         stop_rx.clone(),
     ));
 
-    let (health, health_service) = tonic_health::server::health_reporter();
+    let (mut health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<RateLimitServiceServer<Rls>>().await;
     let rls = crate::grpc::service(Rls::new(Arc::clone(&limiter)));
     let mut grpc_stop = stop_rx.clone();
@@ -98,9 +98,16 @@ pub async fn run(path: PathBuf, overrides: Overrides) -> Result<(), Box<dyn std:
 
     shutdown_signal(stop).await;
     tracing::info!("shutting down: finishing in-flight calls");
-    health
-        .set_not_serving::<RateLimitServiceServer<Rls>>()
-        .await;
+    // Health watchers (`grpc.health.v1.Health/Watch`, a stream with no end of its own) are told
+    // NOT_SERVING, then their streams end: the graceful shutdown waits for every open stream, so
+    // one open watch used to hold the process up for as long as its client kept it.
+    let rls_name = <RateLimitServiceServer<Rls> as tonic::server::NamedService>::NAME;
+    for service in ["", rls_name] {
+        health
+            .set_service_status(service, tonic_health::ServingStatus::NotServing)
+            .await;
+        health.clear_service_status(service).await;
+    }
     let _ = stop_tx.send(true);
     grpc_task.await??;
     http_task.await??;

@@ -389,3 +389,48 @@ async fn sigterm_sends_goaway_no_error_and_the_call_in_flight_completes() {
         .unwrap();
     assert!(exit.expect("exited after the call").success());
 }
+
+/// SIGTERM while health watchers are connected (`Watch` streams, which have no end of their own):
+/// each is told NOT_SERVING, then its stream ends, and the process exits. Before, the graceful
+/// shutdown waited on the open streams for as long as their clients kept them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_ends_health_watches_and_exits() {
+    let dir = temp_dir("sigterm-watch");
+    let server = Server::start(&dir, CONFIG);
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", server.grpc))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut watches = Vec::new();
+    for service in ["", "envoy.service.ratelimit.v3.RateLimitService"] {
+        let mut stream = HealthClient::new(channel.clone())
+            .watch(HealthCheckRequest {
+                service: service.to_owned(),
+            })
+            .await
+            .expect("watch")
+            .into_inner();
+        let first = stream.message().await.expect("status").expect("a status");
+        assert_eq!(first.status, ServingStatus::Serving as i32, "{service:?}");
+        watches.push((service, stream));
+    }
+    server.signal("TERM");
+    for (service, mut stream) in watches {
+        let next = tokio::time::timeout(Duration::from_secs(10), stream.message())
+            .await
+            .expect("told within 10 s")
+            .expect("a status")
+            .expect("not yet ended");
+        assert_eq!(next.status, ServingStatus::NotServing as i32, "{service:?}");
+        let end = tokio::time::timeout(Duration::from_secs(10), stream.message())
+            .await
+            .expect("ended within 10 s");
+        assert!(matches!(end, Ok(None)), "{service:?}: {end:?}");
+    }
+    let mut server = server;
+    let exit = tokio::task::spawn_blocking(move || server.wait_exit(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    assert!(exit.expect("exited with the watchers connected").success());
+}
