@@ -112,9 +112,9 @@ impl Limiter {
     /// prepared ([`Policy::prepare_reload`]: built and checked against the live tables, no
     /// throwaway policy) and each new or rebuilt domain is built. When any fails, those
     /// preparations are dropped and nothing has changed. Only then are the kept domains' reloads
-    /// committed (which cannot fail) and the domain map swapped. Between the first commit and the
-    /// swap (no allocation, no lock waited on) a request may see a kept domain's new rules while
-    /// an added domain is not there yet.
+    /// committed (which cannot fail) and the domain map swapped. In the moment between the first
+    /// commit and the swap (nothing there can fail) a request may see a kept domain's new rules
+    /// while an added domain is not there yet.
     ///
     /// # Errors
     /// The first domain that fails; the old config stays in force, every domain as it was.
