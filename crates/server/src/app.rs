@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use tokio::net::TcpListener;
+use tokio::signal::unix::Signal;
 use tokio::sync::watch;
 
 use crate::config::ServerConfig;
@@ -30,6 +31,9 @@ pub struct Overrides {
 /// # Errors
 /// A config that cannot be loaded at start, or a listener that cannot be bound.
 pub async fn run(path: PathBuf, overrides: Overrides) -> Result<(), Box<dyn std::error::Error>> {
+    // First of all, so that a signal from the moment the process exists is handled (SIGTERM and
+    // SIGHUP otherwise kill it, undrained, until their handlers are installed).
+    let signals = Signals::install();
     let config = ServerConfig::load(&path)?;
     let metrics = metrics_exporter_prometheus::PrometheusBuilder::new()
         .install_recorder()
@@ -55,16 +59,18 @@ pub async fn run(path: PathBuf, overrides: Overrides) -> Result<(), Box<dyn std:
     tracing::info!(%grpc_addr, %http_addr, domains = config.domains.len(), "tollgate-server started");
 
     let (stop_tx, stop_rx) = watch::channel(false);
+    let Signals { stop, hup } = signals;
     tokio::spawn(reloader(
         path,
         Arc::clone(&limiter),
         config.server.reload_poll,
+        hup,
         stop_rx.clone(),
     ));
 
-    let (health, health_service) = tonic_health::server::health_reporter();
+    let (mut health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<RateLimitServiceServer<Rls>>().await;
-    let rls = RateLimitServiceServer::new(Rls::new(Arc::clone(&limiter)));
+    let rls = crate::grpc::service(Rls::new(Arc::clone(&limiter)));
     let mut grpc_stop = stop_rx.clone();
     let grpc_task = tokio::spawn(
         tonic::transport::Server::builder()
@@ -90,11 +96,18 @@ pub async fn run(path: PathBuf, overrides: Overrides) -> Result<(), Box<dyn std:
             .await
     });
 
-    shutdown_signal().await;
+    shutdown_signal(stop).await;
     tracing::info!("shutting down: finishing in-flight calls");
-    health
-        .set_not_serving::<RateLimitServiceServer<Rls>>()
-        .await;
+    // Health watchers (`grpc.health.v1.Health/Watch`, a stream with no end of its own) are told
+    // NOT_SERVING, then their streams end: the graceful shutdown waits for every open stream, so
+    // one open watch used to hold the process up for as long as its client kept it.
+    let rls_name = <RateLimitServiceServer<Rls> as tonic::server::NamedService>::NAME;
+    for service in ["", rls_name] {
+        health
+            .set_service_status(service, tonic_health::ServingStatus::NotServing)
+            .await;
+        health.clear_service_status(service).await;
+    }
     let _ = stop_tx.send(true);
     grpc_task.await??;
     http_task.await??;
@@ -102,19 +115,43 @@ pub async fn run(path: PathBuf, overrides: Overrides) -> Result<(), Box<dyn std:
     Ok(())
 }
 
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) {
-        (Ok(mut term), Ok(mut int)) => {
+/// The process's signal handlers, installed once at start.
+struct Signals {
+    /// SIGTERM and SIGINT (`None`: they could not be installed; Ctrl-C is waited for instead).
+    stop: Option<(Signal, Signal)>,
+    /// SIGHUP (`None`: file polling only).
+    hup: Option<Signal>,
+}
+
+impl Signals {
+    fn install() -> Self {
+        use tokio::signal::unix::{SignalKind, signal};
+        let stop = match (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) {
+            (Ok(term), Ok(int)) => Some((term, int)),
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::warn!(error = %e, "no SIGTERM/SIGINT handler; waiting for Ctrl-C instead");
+                None
+            }
+        };
+        let hup = signal(SignalKind::hangup())
+            .map_err(|e| tracing::warn!(error = %e, "no SIGHUP handler; file polling only"))
+            .ok();
+        Signals { stop, hup }
+    }
+}
+
+async fn shutdown_signal(stop: Option<(Signal, Signal)>) {
+    match stop {
+        Some((mut term, mut int)) => {
             tokio::select! {
                 _ = term.recv() => {}
                 _ = int.recv() => {}
             }
         }
-        _ => {
+        None => {
             let _ = tokio::signal::ctrl_c().await;
         }
     }
@@ -136,16 +173,9 @@ async fn reloader(
     path: PathBuf,
     limiter: Arc<Limiter>,
     poll: Duration,
+    mut hup: Option<Signal>,
     mut stop: watch::Receiver<bool>,
 ) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut hup = match signal(SignalKind::hangup()) {
-        Ok(s) => Some(s),
-        Err(e) => {
-            tracing::warn!(error = %e, "no SIGHUP handler; file polling only");
-            None
-        }
-    };
     let mut last = fingerprint(&path).map(|(_, body)| body);
     let mut tick = tokio::time::interval(if poll.is_zero() {
         Duration::from_secs(3600)

@@ -5,6 +5,7 @@
 //! grpc = "127.0.0.1:8081"   # Envoy RLS v3 + gRPC health
 //! http = "127.0.0.1:8080"   # POST /v1/check, GET /metrics, GET /healthz
 //! reload_poll = "1s"        # how often the file is checked for changes (SIGHUP reloads at once)
+//! allow_empty = false       # see below
 //!
 //! [[domains]]
 //! name = "edge"             # RateLimitRequest.domain
@@ -31,6 +32,12 @@
 //! other rules admitted.
 //!
 //! The file is TOML, or YAML when its name ends in `.yaml`/`.yml` (same schema).
+//!
+//! **An empty config is refused** (at start, and on reload, where the running config stays): a
+//! file with no domains, or a domain with no rules, would drop every domain's state or limit
+//! nothing, and is far more often a save caught half way (truncate, then write) than meant. Set
+//! `allow_empty = true` in `[server]` when it is meant (a server that is to answer `NOT_FOUND`,
+//! or a domain kept with no limits for now).
 
 use std::collections::HashSet;
 use std::fmt;
@@ -67,6 +74,10 @@ pub struct ListenConfig {
     /// reloads).
     #[serde(default = "default_poll", with = "humantime_serde")]
     pub reload_poll: Duration,
+    /// Accept a config with no domains, or with a domain that has no rules (refused otherwise,
+    /// see the [module docs](self)).
+    #[serde(default)]
+    pub allow_empty: bool,
 }
 
 impl Default for ListenConfig {
@@ -75,6 +86,7 @@ impl Default for ListenConfig {
             grpc: default_grpc(),
             http: default_http(),
             reload_poll: default_poll(),
+            allow_empty: false,
         }
     }
 }
@@ -368,6 +380,8 @@ pub enum ConfigFileError {
     Parse(String),
     /// It parses but is not a valid config (duplicate domain, bad policy).
     Invalid(String),
+    /// It has no domains, or a domain with no rules, and `[server] allow_empty` is not set.
+    Empty(String),
 }
 
 impl fmt::Display for ConfigFileError {
@@ -376,6 +390,10 @@ impl fmt::Display for ConfigFileError {
             ConfigFileError::Io(e) => write!(f, "cannot read config: {e}"),
             ConfigFileError::Parse(e) => write!(f, "config does not parse: {e}"),
             ConfigFileError::Invalid(e) => write!(f, "invalid config: {e}"),
+            ConfigFileError::Empty(e) => write!(
+                f,
+                "empty config: {e} (set `allow_empty = true` in [server] if that is meant)"
+            ),
         }
     }
 }
@@ -399,7 +417,8 @@ impl ServerConfig {
     /// Parses and checks config text.
     ///
     /// # Errors
-    /// [`ConfigFileError::Parse`] or [`ConfigFileError::Invalid`].
+    /// [`ConfigFileError::Parse`], [`ConfigFileError::Invalid`], or [`ConfigFileError::Empty`]
+    /// (unless `[server] allow_empty`).
     pub fn parse(text: &str, yaml: bool) -> Result<Self, ConfigFileError> {
         let mut config: ServerConfig = if yaml {
             serde_yaml_ng::from_str(text).map_err(|e| ConfigFileError::Parse(e.to_string()))?
@@ -439,6 +458,17 @@ impl ServerConfig {
                 redis.validate(&domain.policy).map_err(|e| {
                     ConfigFileError::Invalid(format!("domain `{}`: {e}", domain.name))
                 })?;
+            }
+        }
+        if !config.server.allow_empty {
+            if config.domains.is_empty() {
+                return Err(ConfigFileError::Empty("no domains".into()));
+            }
+            if let Some(d) = config.domains.iter().find(|d| d.policy.rules.is_empty()) {
+                return Err(ConfigFileError::Empty(format!(
+                    "domain `{}` has no rules",
+                    d.name
+                )));
             }
         }
         Ok(config)
@@ -495,7 +525,12 @@ mod tests {
             .expect("the README has the server section");
         let start = section.find("```toml\n").expect("a toml block") + "```toml\n".len();
         let end = start + section[start..].find("```").expect("the block ends");
-        let config = ServerConfig::parse(&section[start..end], false).expect("README parses");
+        // The fragment shows the backend; its `[domains.policy]` is left for the reader's rules.
+        let fragment = format!(
+            "{}[[domains.policy.rules]]\nname = \"r\"\nlimit = 5\nperiod = \"1s\"\n",
+            &section[start..end]
+        );
+        let config = ServerConfig::parse(&fragment, false).expect("README parses");
         assert!(
             matches!(&config.domains[0].backend, Backend::Redis(r) if r.mode == RedisMode::Lease)
         );
@@ -588,5 +623,41 @@ mod tests {
             ServerConfig::parse("[[domains]]\nnme = 1", false),
             Err(ConfigFileError::Parse(_))
         ));
+    }
+
+    #[test]
+    fn an_empty_config_is_refused_unless_allowed() {
+        let rule = "[[domains.policy.rules]]\nname = \"r\"\nlimit = 5\nperiod = \"1s\"\n";
+        let no_rules = "[[domains]]\nname = \"a\"\n[domains.policy]\n";
+        let second_empty = format!(
+            "[[domains]]\nname = \"a\"\n[domains.policy]\n{rule}\
+             [[domains]]\nname = \"b\"\n[domains.policy]\n"
+        );
+        for (text, yaml, what) in [
+            ("", false, "no domains"),
+            ("", true, "no domains"),
+            ("\n# nothing yet\n", false, "no domains"),
+            ("[server]\nreload_poll = \"1s\"\n", false, "no domains"),
+            ("domains: []\n", true, "no domains"),
+            (no_rules, false, "domain `a` has no rules"),
+            (&second_empty, false, "domain `b` has no rules"),
+        ] {
+            match ServerConfig::parse(text, yaml) {
+                Err(e @ ConfigFileError::Empty(_)) => {
+                    assert!(e.to_string().contains(what), "{text:?}: {e}");
+                    assert!(e.to_string().contains("allow_empty"), "{e}");
+                }
+                other => panic!("{text:?}: expected an empty-config error, got {other:?}"),
+            }
+        }
+        for text in [
+            "[server]\nallow_empty = true\n".to_owned(),
+            format!("[server]\nallow_empty = true\n{no_rules}"),
+        ] {
+            let config = ServerConfig::parse(&text, false).expect("allowed");
+            crate::service::Limiter::new(&config).expect("builds");
+        }
+        let yaml = ServerConfig::parse("server: { allow_empty: true }\n", true).expect("allowed");
+        assert!(yaml.domains.is_empty());
     }
 }

@@ -1,6 +1,13 @@
 //! `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit` over the [`Limiter`].
+//!
+//! Served as [`RequestErrors`]`<`[`RateLimitServiceServer`]`<`[`Rls`]`>>`: a request whose bytes do
+//! not decode is answered `INVALID_ARGUMENT` and one over [`MAX_REQUEST_BYTES`]
+//! `RESOURCE_EXHAUSTED`, both counted in `tollgate_server_errors_total{api="grpc"}`.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
@@ -12,6 +19,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::R
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use tollgate_core::{Decision, Quota};
 use tollgate_http::headers::{RATELIMIT, RATELIMIT_POLICY};
+use tonic::codegen::Service;
+use tonic::server::NamedService;
 use tonic::{Request, Response, Status};
 
 use crate::service::{Answer, CheckError, Limiter, Verdict};
@@ -34,6 +43,9 @@ impl Rls {
 
 #[tonic::async_trait]
 impl RateLimitService for Rls {
+    /// Answers `NOT_FOUND` (unknown domain) or `INVALID_ARGUMENT` (malformed request) when it
+    /// cannot decide, and no other error: [`RequestErrors`] relies on that to tell tonic's
+    /// answers to undecodable requests from this method's own.
     async fn should_rate_limit(
         &self,
         request: Request<RateLimitRequest>,
@@ -75,6 +87,92 @@ impl RateLimitService for Rls {
         answer.metrics.record(Api::Grpc, answer.ok, started);
         Ok(Response::new(response))
     }
+}
+
+/// The most bytes one request message may have (tonic's default decoding limit, stated): larger
+/// ones are answered `RESOURCE_EXHAUSTED`. A request at [`MAX_DESCRIPTORS`](crate::service::MAX_DESCRIPTORS)
+/// descriptors of [`MAX_ENTRIES`](crate::service::MAX_ENTRIES) entries fits with kilobytes per
+/// entry to spare.
+pub const MAX_REQUEST_BYTES: usize = 4 << 20;
+
+/// The RLS service as served: [`RateLimitServiceServer::new`] over `rls`, its decoding limit
+/// [`MAX_REQUEST_BYTES`], inside [`RequestErrors`].
+pub fn service(rls: Rls) -> RequestErrors<RateLimitServiceServer<Rls>> {
+    RequestErrors {
+        inner: RateLimitServiceServer::new(rls).max_decoding_message_size(MAX_REQUEST_BYTES),
+    }
+}
+
+/// Puts tonic's answers to a request it cannot decode in the terms the gRPC status code guide
+/// gives a client's bad input, and counts them.
+///
+/// tonic decodes the request before the method runs and answers itself when it cannot: bytes
+/// that are not the message (garbage, invalid UTF-8 in a string field, a truncated frame, a bad
+/// compression flag, no message at all) as `INTERNAL`, a message over the decoding limit as
+/// `OUT_OF_RANGE`, each a trailers-only response (`grpc-status` in the headers). Those are the
+/// caller's errors, not the server's: this layer rewrites a headers-borne `INTERNAL` to
+/// `INVALID_ARGUMENT` and `OUT_OF_RANGE` to `RESOURCE_EXHAUSTED` (the message is kept), and counts
+/// them in `tollgate_server_errors_total{api="grpc", reason="malformed" | "too_large"}`. The
+/// method itself never answers either code ([`Rls::should_rate_limit`]), so nothing it says is
+/// rewritten; a decided call's status is in its trailers, which this does not touch.
+///
+/// A layer rather than a custom codec: the generated service fixes its codec, and the size check
+/// happens before any codec runs.
+#[derive(Clone, Debug)]
+pub struct RequestErrors<S> {
+    inner: S,
+}
+
+impl<S: NamedService> NamedService for RequestErrors<S> {
+    const NAME: &'static str = S::NAME;
+}
+
+impl<S, B> Service<http::Request<B>> for RequestErrors<S>
+where
+    S: Service<http::Request<B>, Response = http::Response<tonic::body::Body>>,
+    S::Future: Unpin,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Rewritten<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        Rewritten(self.inner.call(request))
+    }
+}
+
+/// [`RequestErrors`]' response future (the inner one, its answer rewritten when it is ready; the
+/// generated service's future is boxed, so no second box).
+#[derive(Debug)]
+pub struct Rewritten<F>(F);
+
+impl<F, E> Future for Rewritten<F>
+where
+    F: Future<Output = Result<http::Response<tonic::body::Body>, E>> + Unpin,
+{
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut response = ready!(Pin::new(&mut self.0).poll(cx))?;
+        rewrite(response.headers_mut());
+        Poll::Ready(Ok(response))
+    }
+}
+
+fn rewrite(headers: &mut http::HeaderMap) {
+    let (code, reason) = match headers.get("grpc-status").map(http::HeaderValue::as_bytes) {
+        Some(b"13") => (tonic::Code::InvalidArgument, "malformed"),
+        Some(b"11") => (tonic::Code::ResourceExhausted, "too_large"),
+        _ => return,
+    };
+    headers.insert("grpc-status", http::HeaderValue::from(code as i32));
+    metrics::counter!("tollgate_server_errors_total", "api" => "grpc", "reason" => reason)
+        .increment(1);
+    tracing::debug!(?code, "request not decoded");
 }
 
 fn code(ok: bool) -> i32 {

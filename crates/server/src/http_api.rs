@@ -4,8 +4,8 @@
 //! `POST /v1/check` takes
 //! `{"domain":"edge","descriptors":[{"entries":{"remote_address":"192.0.2.1"},"hits_addend":1}],"hits_addend":1}`
 //! (`hits_addend` optional at both levels, 0 meaning 1) and answers `200` when every descriptor
-//! is within its limits, `429` when any is over, `404` for an unknown domain and `400` for a
-//! malformed request, with `RateLimit`, `RateLimit-Policy` (and `Retry-After` on a 429) on the
+//! is within its limits, `429` when any is over, `404` for an unknown domain, `400` for a
+//! malformed request, `415` without a JSON `content-type` and `413` over [`MAX_BODY_BYTES`], with `RateLimit`, `RateLimit-Policy` (and `Retry-After` on a 429) on the
 //! response and in the body:
 //! `{"overall_code":"OK","statuses":[{"code":"OK","rule":"per_ip","limit":100,"window_ms":1000,"remaining":99,"reset_after_ms":10,"retry_after_ms":null,"shadow_denied":false}],"headers":{"ratelimit":"..."}}`.
 
@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::extract::State;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
@@ -34,10 +34,16 @@ pub struct HttpState {
     pub metrics: Option<PrometheusHandle>,
 }
 
+/// The most bytes a `POST /v1/check` body may have (axum's default, stated); more is `413`.
+pub const MAX_BODY_BYTES: usize = 2 << 20;
+
 /// The router.
 pub fn router(state: HttpState) -> Router {
     Router::new()
-        .route("/v1/check", post(check))
+        .route(
+            "/v1/check",
+            post(check).layer(DefaultBodyLimit::max(MAX_BODY_BYTES)),
+        )
         .route("/metrics", get(metrics_text))
         .route("/healthz", get(|| async { "ok\n" }))
         .with_state(state)
@@ -98,9 +104,18 @@ async fn check(
     let Json(req) = match body {
         Ok(body) => body,
         Err(e) => {
-            metrics::counter!("tollgate_server_errors_total", "api" => "http", "reason" => "malformed")
+            // axum's own statuses for a missing content type and an over-long body; anything
+            // else (bad JSON, a wrong field) is the documented 400 (axum would say 422 for some).
+            let (status, reason) = match e.status() {
+                StatusCode::UNSUPPORTED_MEDIA_TYPE => {
+                    (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
+                }
+                StatusCode::PAYLOAD_TOO_LARGE => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
+                _ => (StatusCode::BAD_REQUEST, "malformed"),
+            };
+            metrics::counter!("tollgate_server_errors_total", "api" => "http", "reason" => reason)
                 .increment(1);
-            return error(StatusCode::BAD_REQUEST, &e.body_text());
+            return error(status, &e.body_text());
         }
     };
     let descriptors: Vec<(Vec<(&str, &str)>, u64)> = req

@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use tollgate_core::Decision;
+use tollgate_core::MonotonicClock;
 use tollgate_http::{FieldValues, PolicyFields};
-use tollgate_policy::{Policy, PolicyDecision, PolicyError, RedisPolicy};
+use tollgate_policy::{Policy, PolicyDecision, PolicyError, PreparedReload, RedisPolicy};
 
 use crate::config::{Backend, ServerConfig};
 use crate::redis_backend::{self, Connections};
@@ -39,6 +40,17 @@ pub struct Domain {
     pub metrics: Arc<DecisionMetrics>,
 }
 
+impl Domain {
+    fn new(config: &crate::config::DomainConfig, policy: DomainPolicy) -> Self {
+        Domain {
+            policy,
+            fields: PolicyFields::new(),
+            backend: config.backend.clone(),
+            metrics: Arc::new(DecisionMetrics::new(&config.name)),
+        }
+    }
+}
+
 /// The domains served, swapped whole on reload.
 pub type Domains = HashMap<String, Arc<Domain>>;
 
@@ -46,6 +58,9 @@ pub type Domains = HashMap<String, Arc<Domain>>;
 pub struct Limiter {
     domains: ArcSwap<Domains>,
     connections: Connections,
+    /// Serialises [`reload`](Limiter::reload)s: each holds every kept domain's policy reload lock
+    /// between preparing and committing, and two taking them in different orders would deadlock.
+    reloads: std::sync::Mutex<()>,
 }
 
 /// Why a request could not be decided (answered with an error, not a decision).
@@ -97,23 +112,36 @@ impl Limiter {
     /// The first domain whose policy cannot be built.
     pub fn new(config: &ServerConfig) -> Result<Self, String> {
         let connections = Connections::default();
-        let domains = build(config, None, &connections)?;
+        let domains = commit(build(config, None, &connections)?);
         Ok(Limiter {
             domains: ArcSwap::from_pointee(domains),
             connections,
+            reloads: std::sync::Mutex::new(()),
         })
     }
 
-    /// Applies a new config with the policy engine's reload semantics: a domain that stays keeps
-    /// its policy (unchanged rules keep their state, so no fresh burst); new domains start fresh;
-    /// removed ones go. Every domain's new policy is built first, and nothing changes when any
-    /// fails.
+    /// Applies a new config, all or nothing across its domains, with the policy engine's reload
+    /// semantics per domain: an embedded domain that stays keeps its policy (unchanged rules keep
+    /// their state, so no fresh burst); new domains start fresh; removed ones go; a Redis domain
+    /// is rebuilt (its state is in Redis; unchanged rules keep their limiters).
+    ///
+    /// First every domain is prepared, changing nothing live: each kept domain's reload is
+    /// prepared ([`Policy::prepare_reload`]: built and checked against the live tables, no
+    /// throwaway policy) and each new or rebuilt domain is built. When any fails, those
+    /// preparations are dropped and nothing has changed. Only then are the kept domains' reloads
+    /// committed (which cannot fail) and the domain map swapped. In the moment between the first
+    /// commit and the swap (nothing there can fail) a request may see a kept domain's new rules
+    /// while an added domain is not there yet.
     ///
     /// # Errors
-    /// The first domain that fails; the old config stays in force.
+    /// The first domain that fails; the old config stays in force, every domain as it was.
     pub fn reload(&self, config: &ServerConfig) -> Result<(), String> {
+        let _serial = self
+            .reloads
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let current = self.domains.load_full();
-        let next = build(config, Some(&current), &self.connections)?;
+        let next = commit(build(config, Some(&current), &self.connections)?);
         self.domains.store(Arc::new(next));
         self.connections.retain_used(config);
         Ok(())
@@ -272,21 +300,51 @@ fn deciding(statuses: &[Verdict], ok: bool) -> Option<usize> {
     best.map(|(i, _, _)| i)
 }
 
-fn build(
+/// One domain of a config being applied, ready but not live.
+enum Staged<'a> {
+    /// An embedded domain that stays embedded: its policy's reload, prepared (committing applies
+    /// it in place, so its state carries over).
+    Kept(&'a Arc<Domain>, PreparedReload<'a, MonotonicClock>),
+    /// A domain built whole: new, or on Redis, or changing backend.
+    Built(Domain),
+}
+
+/// Prepares every domain of `config` against `current` (the live domains, `None` at start),
+/// changing nothing live; dropping the result undoes everything but Redis connections opened for
+/// new URLs (which the next successful reload lets go of).
+fn build<'a>(
     config: &ServerConfig,
-    current: Option<&Domains>,
+    current: Option<&'a Domains>,
     connections: &Connections,
-) -> Result<Domains, String> {
-    // Build (and so fully check) every new policy before touching a live one.
-    let mut fresh = HashMap::new();
+) -> Result<Vec<(String, Staged<'a>)>, String> {
+    let mut staged = Vec::with_capacity(config.domains.len());
     for d in &config.domains {
+        let named = |e: &dyn std::fmt::Display| format!("domain `{}`: {e}", d.name);
+        // Checked at parse time too; here because preparing one policy twice would wait on its
+        // own reload lock.
+        if staged.iter().any(|(name, _)| *name == d.name) {
+            return Err(named(&"listed twice"));
+        }
         let old = current.and_then(|c| c.get(&d.name));
-        let policy = match &d.backend {
-            Backend::Embedded => DomainPolicy::Embedded(
-                Policy::new(d.policy.clone()).map_err(|e| format!("domain `{}`: {e}", d.name))?,
+        // An embedded domain that stays embedded keeps its policy (its state): its reload is
+        // prepared. Anything else is built whole; a Redis domain's state is in Redis, and its
+        // limiters and counters carry over onto the same Redis (they keep their connection).
+        let kept = old.and_then(|o| match (&o.policy, &d.backend) {
+            (DomainPolicy::Embedded(policy), Backend::Embedded) => Some((o, policy)),
+            _ => None,
+        });
+        let domain = match (kept, &d.backend) {
+            (Some((old, policy)), _) => Staged::Kept(
+                old,
+                policy
+                    .prepare_reload(d.policy.clone())
+                    .map_err(|e| named(&e))?,
             ),
-            Backend::Redis(settings) => {
-                // Limiters are carried over only onto the same Redis (they keep their connection).
+            (None, Backend::Embedded) => Staged::Built(Domain::new(
+                d,
+                DomainPolicy::Embedded(Policy::new(d.policy.clone()).map_err(|e| named(&e))?),
+            )),
+            (None, Backend::Redis(settings)) => {
                 let previous = old.and_then(|old| match (&old.backend, &old.policy) {
                     (Backend::Redis(was), DomainPolicy::Redis(p))
                         if was.url == settings.url && was.timeout == settings.timeout =>
@@ -295,42 +353,34 @@ fn build(
                     }
                     _ => None,
                 });
-                DomainPolicy::Redis(
+                let policy =
                     redis_backend::build(&d.name, settings, &d.policy, connections, previous)
-                        .map_err(|e| format!("domain `{}`: {e}", d.name))?,
-                )
+                        .map_err(|e| named(&e))?;
+                Staged::Built(Domain::new(d, DomainPolicy::Redis(policy)))
             }
         };
-        fresh.insert(d.name.clone(), policy);
+        staged.push((d.name.clone(), domain));
     }
-    let mut out = HashMap::new();
-    for d in &config.domains {
-        let built = fresh.remove(&d.name);
-        // An embedded domain keeps its policy (its state); a Redis domain's state is in Redis, so
-        // its policy is rebuilt whole (limiters and counters carried over where unchanged).
-        let kept = current.and_then(|c| c.get(&d.name)).filter(|c| {
-            matches!(c.policy, DomainPolicy::Embedded(_)) && d.backend == Backend::Embedded
-        });
-        let domain = match (kept, built) {
-            (Some(old), _) => {
-                if let DomainPolicy::Embedded(policy) = &old.policy {
-                    policy
-                        .reload(d.policy.clone())
-                        .map_err(|e| format!("domain `{}`: {e}", d.name))?;
+    Ok(staged)
+}
+
+/// Applies what [`build`] staged (cannot fail): kept domains' reloads are committed; the map of
+/// the next domains is returned for the caller to swap in.
+fn commit(staged: Vec<(String, Staged<'_>)>) -> Domains {
+    staged
+        .into_iter()
+        .map(|(name, domain)| {
+            let domain = match domain {
+                Staged::Kept(old, prepared) => {
+                    let report = prepared.commit();
+                    tracing::debug!(domain = %name, ?report, "domain reloaded");
+                    Arc::clone(old)
                 }
-                Arc::clone(old)
-            }
-            (None, Some(policy)) => Arc::new(Domain {
-                policy,
-                fields: PolicyFields::new(),
-                backend: d.backend.clone(),
-                metrics: Arc::new(DecisionMetrics::new(&d.name)),
-            }),
-            (None, None) => return Err(format!("domain `{}` could not be built", d.name)),
-        };
-        out.insert(d.name.clone(), domain);
-    }
-    Ok(out)
+                Staged::Built(domain) => Arc::new(domain),
+            };
+            (name, domain)
+        })
+        .collect()
 }
 
 #[cfg(test)]

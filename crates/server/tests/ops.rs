@@ -1,5 +1,5 @@
 //! The HTTP side (`POST /v1/check`, `/metrics`, `/healthz`), the gRPC health service, and graceful
-//! SIGTERM.
+//! SIGTERM (the call in flight finishes; HTTP/2 clients see GOAWAY with NO_ERROR).
 
 mod common;
 
@@ -279,4 +279,158 @@ period = "1s"
         .await
         .unwrap();
     assert!(exit.expect("exited after the call").success());
+}
+
+/// SIGTERM at the HTTP/2 level, with a raw h2 client: a call whose request is half sent when the
+/// signal arrives (so the server holds it open) still completes after the server has said GOAWAY,
+/// and that GOAWAY, like every one the connection ends with, carries NO_ERROR (not
+/// PROTOCOL_ERROR): h2 reports any other code as the connection's error. The signal comes right
+/// after the server is up, so this also shows the handler is installed by then (the process used
+/// to install it last, and die undrained on an early SIGTERM).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_sends_goaway_no_error_and_the_call_in_flight_completes() {
+    use bytes::{BufMut, Bytes, BytesMut};
+    use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
+    use prost::Message;
+
+    let dir = temp_dir("sigterm-goaway");
+    let server = Server::start(&dir, CONFIG);
+    let tcp = tokio::net::TcpStream::connect(server.grpc)
+        .await
+        .expect("connect");
+    let (mut send, mut connection) = h2::client::handshake(tcp).await.expect("handshake");
+    let mut ping = connection.ping_pong().expect("ping handle");
+    let connection = tokio::spawn(connection);
+
+    let message = request("edge", vec![descriptor(&[("user", "inflight")])], 1).encode_to_vec();
+    let mut frame = BytesMut::new();
+    frame.put_u8(0);
+    frame.put_u32(u32::try_from(message.len()).unwrap());
+    frame.put_slice(&message);
+    let frame: Bytes = frame.freeze();
+    let head = http::Request::builder()
+        .method(http::Method::POST)
+        .uri(format!(
+            "http://{}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+            server.grpc
+        ))
+        .header(http::header::CONTENT_TYPE, "application/grpc")
+        .header(http::header::TE, "trailers")
+        .body(())
+        .unwrap();
+    std::future::poll_fn(|cx| send.poll_ready(cx))
+        .await
+        .expect("ready");
+    let (response, mut body) = send.send_request(head, false).expect("send");
+    // Half the message: the server has the stream and waits for the rest.
+    body.send_data(frame.slice(..3), false).expect("first half");
+    // The server answers a PING after the frames before it: once the PONG is back, it has the
+    // stream open.
+    ping.ping(h2::Ping::opaque()).await.expect("pong");
+
+    server.signal("TERM");
+    let server = tokio::task::spawn_blocking(move || {
+        let draining = server.wait_log("finishing in-flight calls", Duration::from_secs(10));
+        assert!(draining.is_some(), "the server got the signal");
+        server
+    })
+    .await
+    .unwrap();
+    // Polls (bounded) until the server's GOAWAY has arrived: the client then refuses new streams
+    // with the server's reason.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let goaway = loop {
+        match std::future::poll_fn(|cx| send.poll_ready(cx)).await {
+            Err(e) => break e,
+            Ok(()) => {
+                assert!(std::time::Instant::now() < deadline, "no GOAWAY came");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    };
+    assert!(
+        goaway.is_go_away() && goaway.is_remote(),
+        "the server said GOAWAY: {goaway:?}"
+    );
+    assert_eq!(goaway.reason(), Some(h2::Reason::NO_ERROR), "{goaway:?}");
+    assert!(
+        !connection.is_finished(),
+        "the call in flight holds it open"
+    );
+
+    // The rest of the message: the call is decided.
+    body.send_data(frame.slice(3..), true).expect("second half");
+    let (parts, mut recv) = response.await.expect("the answer").into_parts();
+    assert!(parts.status.is_success());
+    let mut answer = BytesMut::new();
+    while let Some(chunk) = recv.data().await {
+        let chunk = chunk.expect("answer body");
+        let _ = recv.flow_control().release_capacity(chunk.len());
+        answer.extend_from_slice(&chunk);
+    }
+    let trailers = recv.trailers().await.expect("trailers").expect("trailers");
+    assert_eq!(
+        trailers.get("grpc-status").map(http::HeaderValue::as_bytes),
+        Some(&b"0"[..])
+    );
+    let decided = RateLimitResponse::decode(&answer[5..]).expect("a response");
+    assert_eq!(decided.overall_code, Code::Ok as i32);
+
+    // Then the connection closes gracefully: Ok means the last GOAWAY was NO_ERROR on both sides.
+    drop(send);
+    let closed = tokio::time::timeout(Duration::from_secs(10), connection)
+        .await
+        .expect("the connection closes")
+        .unwrap();
+    assert!(closed.is_ok(), "{closed:?}");
+    let mut server = server;
+    let exit = tokio::task::spawn_blocking(move || server.wait_exit(Duration::from_secs(20)))
+        .await
+        .unwrap();
+    assert!(exit.expect("exited after the call").success());
+}
+
+/// SIGTERM while health watchers are connected (`Watch` streams, which have no end of their own):
+/// each is told NOT_SERVING, then its stream ends, and the process exits. Before, the graceful
+/// shutdown waited on the open streams for as long as their clients kept them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_ends_health_watches_and_exits() {
+    let dir = temp_dir("sigterm-watch");
+    let server = Server::start(&dir, CONFIG);
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", server.grpc))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut watches = Vec::new();
+    for service in ["", "envoy.service.ratelimit.v3.RateLimitService"] {
+        let mut stream = HealthClient::new(channel.clone())
+            .watch(HealthCheckRequest {
+                service: service.to_owned(),
+            })
+            .await
+            .expect("watch")
+            .into_inner();
+        let first = stream.message().await.expect("status").expect("a status");
+        assert_eq!(first.status, ServingStatus::Serving as i32, "{service:?}");
+        watches.push((service, stream));
+    }
+    server.signal("TERM");
+    for (service, mut stream) in watches {
+        let next = tokio::time::timeout(Duration::from_secs(10), stream.message())
+            .await
+            .expect("told within 10 s")
+            .expect("a status")
+            .expect("not yet ended");
+        assert_eq!(next.status, ServingStatus::NotServing as i32, "{service:?}");
+        let end = tokio::time::timeout(Duration::from_secs(10), stream.message())
+            .await
+            .expect("ended within 10 s");
+        assert!(matches!(end, Ok(None)), "{service:?}: {end:?}");
+    }
+    let mut server = server;
+    let exit = tokio::task::spawn_blocking(move || server.wait_exit(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    assert!(exit.expect("exited with the watchers connected").success());
 }

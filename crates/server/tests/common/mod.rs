@@ -158,18 +158,32 @@ impl Server {
 
     /// One HTTP/1.1 request; `(status, headers, body)`.
     pub fn http(&self, method: &str, path: &str, body: &str) -> (u16, String, String) {
+        self.http_raw(
+            format!(
+                "{method} {path} HTTP/1.1\r\nhost: test\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .into_bytes(),
+        )
+    }
+
+    /// One HTTP/1.1 exchange of exactly `request`'s bytes; `(status, headers, body)`. The bytes are
+    /// written on a thread whose write errors are ignored: a server may answer (and close) before
+    /// it has read a body it refuses.
+    pub fn http_raw(&self, request: Vec<u8>) -> (u16, String, String) {
         let mut stream = std::net::TcpStream::connect(self.http).expect("connect http");
         stream
             .set_read_timeout(Some(Duration::from_secs(10)))
             .expect("timeout");
-        write!(
-            stream,
-            "{method} {path} HTTP/1.1\r\nhost: test\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-            body.len()
-        )
-        .expect("write");
-        let mut out = String::new();
-        stream.read_to_string(&mut out).expect("read");
+        let mut writer = stream.try_clone().expect("clone stream");
+        let written = std::thread::spawn(move || {
+            let _ = writer.write_all(&request);
+        });
+        let mut raw = Vec::new();
+        // A reset after the answer (the refused body left unread) ends the read; what came is kept.
+        let _ = stream.read_to_end(&mut raw);
+        let _ = written.join();
+        let out = String::from_utf8_lossy(&raw).into_owned();
         let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
         let status = head
             .split(' ')
@@ -178,6 +192,39 @@ impl Server {
             .unwrap_or(0);
         (status, head.to_ascii_lowercase(), body.to_owned())
     }
+}
+
+/// Runs the server on `path` expecting it to refuse to start: its exit status and stderr (the
+/// process is killed, and the test fails, if it is still running after 30 s).
+pub fn start_refused(path: &Path) -> (std::process::ExitStatus, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate-server"))
+        .arg("--config")
+        .arg(path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tollgate-server");
+    let mut stderr = child.stderr.take().expect("stderr");
+    // Reading to the end returns when the process exits (or is killed below).
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the server did not exit: it started on {}", path.display());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    (status, reader.join().expect("stderr reader"))
 }
 
 impl Drop for Server {
