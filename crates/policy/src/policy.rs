@@ -10,7 +10,7 @@ use tollgate_core::{CheckError, Clock, Decision, MonotonicClock, Nanos, Quota};
 use crate::config::{ConfigError, PolicyConfig};
 use crate::engine::{self, Decided};
 use crate::rules::{KeyBuf, RuleSet};
-use crate::stats::{Outcome, PolicySnapshot, RuleStats};
+use crate::stats::PolicySnapshot;
 use crate::store::MemoryStore;
 use crate::sync::{AtomicBool, Ordering};
 
@@ -361,40 +361,14 @@ impl<C: Clock + Clone + 'static> Policy<C> {
 
     /// The rule names, in evaluation order.
     pub fn rules(&self) -> Vec<&'static str> {
-        self.current
-            .load()
-            .rules
-            .rules
-            .iter()
-            .map(|r| r.name)
-            .collect()
+        self.current.load().rules.names()
     }
 
     /// Every rule's counters now (and the overflow counts published to the `metrics` facade).
     pub fn snapshot(&self) -> PolicySnapshot {
         let live = self.current.load();
-        let set = &live.rules;
-        PolicySnapshot {
-            rules: set
-                .rules
-                .iter()
-                .zip(live.store.limiters.iter())
-                .map(|(rule, limiter)| {
-                    let overflow = limiter.overflow_decisions();
-                    if set.metrics {
-                        rule.counters.publish_overflow(overflow);
-                    }
-                    RuleStats {
-                        rule: rule.name,
-                        allowed: rule.counters.total(Outcome::Allowed),
-                        denied: rule.counters.total(Outcome::Denied),
-                        shadow_denied: rule.counters.total(Outcome::ShadowDenied),
-                        near_limit: rule.counters.total(Outcome::NearLimit),
-                        overflow,
-                    }
-                })
-                .collect(),
-        }
+        live.rules
+            .snapshot(|i| live.store.limiters[i].overflow_decisions())
     }
 }
 

@@ -23,7 +23,7 @@ use crate::config::{AlgorithmKind, ConfigError, ConfigErrorKind, PolicyConfig};
 use crate::engine::{self, Decided};
 use crate::policy::{Descriptors, PolicyError};
 use crate::rules::RuleSet;
-use crate::stats::{Outcome, PolicySnapshot, RuleStats};
+use crate::stats::PolicySnapshot;
 use crate::store::{AsyncStore, RuleKey, next_unit};
 use crate::sync::{AtomicBool, Ordering};
 
@@ -575,32 +575,11 @@ impl RedisPolicy {
 
     /// The rule names, in evaluation order.
     pub fn rules(&self) -> Vec<&'static str> {
-        self.current
-            .load()
-            .rules
-            .rules
-            .iter()
-            .map(|r| r.name)
-            .collect()
+        self.current.load().rules.names()
     }
 
     /// Every rule's counters (what this process decided).
     pub fn snapshot(&self) -> PolicySnapshot {
-        let live = self.current.load();
-        PolicySnapshot {
-            rules: live
-                .rules
-                .rules
-                .iter()
-                .map(|rule| RuleStats {
-                    rule: rule.name,
-                    allowed: rule.counters.total(Outcome::Allowed),
-                    denied: rule.counters.total(Outcome::Denied),
-                    shadow_denied: rule.counters.total(Outcome::ShadowDenied),
-                    near_limit: rule.counters.total(Outcome::NearLimit),
-                    overflow: 0,
-                })
-                .collect(),
-        }
+        self.current.load().rules.snapshot(|_| 0)
     }
 }

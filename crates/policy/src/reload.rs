@@ -13,7 +13,7 @@ use crate::config::{
 };
 use crate::limiter::{self, RuleLimiter, Spec};
 use crate::policy::{Live, Policy};
-use crate::rules::{Rule, RuleSet, intern};
+use crate::rules::{Rule, RuleSet, descriptor_index, intern};
 use crate::stats::Counters;
 use crate::store::MemoryStore;
 use tollgate_sharded::KeyedError;
@@ -230,13 +230,7 @@ impl Live {
         old: Option<&Live>,
     ) -> Result<(Live, ReloadReport, Effects), ConfigError> {
         let mut names: Vec<Box<str>> = Vec::new();
-        let mut index_of = |name: &str| match names.iter().position(|n| **n == *name) {
-            Some(i) => i,
-            None => {
-                names.push(name.into());
-                names.len() - 1
-            }
-        };
+        let mut index_of = |name: &str| descriptor_index(&mut names, name);
         let mut report = ReloadReport::default();
         let mut effects = Effects::default();
         let mut rules = Vec::with_capacity(config.rules.len());

@@ -15,7 +15,7 @@ use crate::config::{
 };
 use crate::policy::Descriptors;
 use crate::reload::Identity;
-use crate::stats::{Counters, Outcome};
+use crate::stats::{Counters, Outcome, PolicySnapshot, RuleStats};
 
 /// Each descriptor name's value in one request, indexed as [`RuleSet::names`].
 pub(crate) type Values<'a> = SmallVec<[Option<&'a str>; 8]>;
@@ -210,7 +210,49 @@ impl Rule {
     }
 }
 
+/// The index of descriptor `name` in `names`, added when new: rules refer to descriptors by index.
+pub(crate) fn descriptor_index(names: &mut Vec<Box<str>>, name: &str) -> usize {
+    match names.iter().position(|n| **n == *name) {
+        Some(i) => i,
+        None => {
+            names.push(name.into());
+            names.len() - 1
+        }
+    }
+}
+
 impl RuleSet {
+    /// The rule names, in evaluation order.
+    pub(crate) fn names(&self) -> Vec<&'static str> {
+        self.rules.iter().map(|r| r.name).collect()
+    }
+
+    /// Every rule's counters, with `overflow(i)` the decisions rule `i`'s store made in a shared
+    /// overflow state (published to the `metrics` facade too).
+    pub(crate) fn snapshot(&self, overflow: impl Fn(usize) -> u64) -> PolicySnapshot {
+        PolicySnapshot {
+            rules: self
+                .rules
+                .iter()
+                .enumerate()
+                .map(|(i, rule)| {
+                    let overflow = overflow(i);
+                    if self.metrics {
+                        rule.counters.publish_overflow(overflow);
+                    }
+                    RuleStats {
+                        rule: rule.name,
+                        allowed: rule.counters.total(Outcome::Allowed),
+                        denied: rule.counters.total(Outcome::Denied),
+                        shadow_denied: rule.counters.total(Outcome::ShadowDenied),
+                        near_limit: rule.counters.total(Outcome::NearLimit),
+                        overflow,
+                    }
+                })
+                .collect(),
+        }
+    }
+
     /// Compiles `config` with no storage (for a store that keeps state elsewhere), keeping the
     /// counters of `old`'s rules of the same name and identity.
     #[cfg(feature = "redis")]
@@ -220,13 +262,7 @@ impl RuleSet {
         old: Option<&RuleSet>,
     ) -> Result<RuleSet, ConfigError> {
         let mut names: Vec<Box<str>> = Vec::new();
-        let mut index_of = |name: &str| match names.iter().position(|n| **n == *name) {
-            Some(i) => i,
-            None => {
-                names.push(name.into());
-                names.len() - 1
-            }
-        };
+        let mut index_of = |name: &str| descriptor_index(&mut names, name);
         let mut rules = Vec::with_capacity(config.rules.len());
         for (rc, valid) in config.rules.iter().zip(&validated.rules) {
             let name = intern(&rc.name);
