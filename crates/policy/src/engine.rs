@@ -216,14 +216,73 @@ pub(crate) fn decide<S: Store>(
     dry: bool,
     now: Nanos,
     cost: u64,
-    mut outcomes: Option<&mut Vec<RuleOutcome>>,
+    outcomes: Option<&mut Vec<RuleOutcome>>,
     want_next: bool,
 ) -> Result<Decided, PolicyError> {
     let values = set.resolve(descriptors);
+    let (tally, error) = pass(set, store, &values, dry, now, cost, outcomes);
+    if error.is_some() || tally.denying() {
+        refund(set, store, &values, &tally.admitted, now, cost);
+    }
+    match error {
+        Some(error) => Err(error),
+        None => Ok(conclude(set, store, &values, &tally, now, want_next)),
+    }
+}
+
+/// Decides several requests as one at `now` (the descriptors of one RLS call): each is decided
+/// as [`decide`] does, in order, and when any is denied or cannot be decided, every admission of
+/// every one of them is given back. Each keeps its own answer.
+pub(crate) fn decide_all<S: Store>(
+    set: &RuleSet,
+    store: &S,
+    requests: &[(&Descriptors<'_>, u64)],
+    dry: bool,
+    now: Nanos,
+    want_next: bool,
+) -> Vec<Result<Decided, PolicyError>> {
+    let passes: Vec<_> = requests
+        .iter()
+        .map(|&(descriptors, cost)| {
+            let values = set.resolve(descriptors);
+            let (tally, error) = pass(set, store, &values, dry, now, cost, None);
+            (values, tally, error, cost)
+        })
+        .collect();
+    let refused = passes
+        .iter()
+        .any(|(_, tally, error, _)| error.is_some() || tally.denying());
+    if refused {
+        for (values, tally, _, cost) in &passes {
+            refund(set, store, values, &tally.admitted, now, *cost);
+        }
+    }
+    passes
+        .into_iter()
+        .map(|(values, tally, error, _)| match error {
+            Some(error) => Err(error),
+            None => Ok(conclude(set, store, &values, &tally, now, want_next)),
+        })
+        .collect()
+}
+
+/// One request's pass over the rules: every applicable rule checked (peeked after an enforcing
+/// denial), or the error that stopped it. Nothing is given back here.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn pass<S: Store>(
+    set: &RuleSet,
+    store: &S,
+    values: &Values<'_>,
+    dry: bool,
+    now: Nanos,
+    cost: u64,
+    mut outcomes: Option<&mut Vec<RuleOutcome>>,
+) -> (Tally<S::Receipt>, Option<PolicyError>) {
     let mut tally: Tally<S::Receipt> = Tally::new();
     for i in 0..set.rules.len() {
         let mut buf = KeyBuf::new();
-        let Some(at) = rule_key(set, i, &values, &mut buf) else {
+        let Some(at) = rule_key(set, i, values, &mut buf) else {
             continue;
         };
         let enforced = set.rules[i].enforced(dry);
@@ -236,23 +295,32 @@ pub(crate) fn decide<S: Store>(
         };
         let recorded = tally.record(set, i, &at, enforced, cost, result, outcomes.as_deref_mut());
         if let Err(error) = recorded {
-            refund(set, store, &values, &tally.admitted, now, cost);
-            return Err(error);
+            return (tally, Some(error));
         }
     }
+    (tally, None)
+}
+
+/// The answer of a finished pass, with the `RateLimit` field's `t` when asked for.
+#[inline]
+fn conclude<S: Store>(
+    set: &RuleSet,
+    store: &S,
+    values: &Values<'_>,
+    tally: &Tally<S::Receipt>,
+    now: Nanos,
+    want_next: bool,
+) -> Decided {
     let finished = tally.finish();
-    if tally.denying() {
-        refund(set, store, &values, &tally.admitted, now, cost);
-    }
     let mut buf = KeyBuf::new();
-    let at = finished.0.and_then(|i| rule_key(set, i, &values, &mut buf));
+    let at = finished.0.and_then(|i| rule_key(set, i, values, &mut buf));
     let next = match (&at, finished.1) {
         (Some(at), decision @ Decision::Allowed { .. }) if want_next => {
             store.next_unit(at, now, &decision)
         }
         _ => None,
     };
-    Ok(answer(set, finished, at, tally.shadow_denied, next))
+    answer(set, finished, at, tally.shadow_denied, next)
 }
 
 fn refund<S: Store>(
@@ -283,10 +351,62 @@ pub(crate) async fn decide_async<S: AsyncStore>(
     cost: u64,
 ) -> Result<Decided, PolicyError> {
     let values = set.resolve(descriptors);
+    let (tally, error) = pass_async(set, store, &values, dry, now, cost).await;
+    if error.is_some() || tally.denying() {
+        refund_async(set, store, &values, &tally.admitted, now, cost).await;
+    }
+    match error {
+        Some(error) => Err(error),
+        None => Ok(conclude_async(set, store, &values, &tally)),
+    }
+}
+
+/// [`decide_all`] against a store behind a round trip.
+#[cfg(feature = "redis")]
+pub(crate) async fn decide_all_async<S: AsyncStore>(
+    set: &RuleSet,
+    store: &S,
+    requests: &[(&Descriptors<'_>, u64)],
+    dry: bool,
+    now: Option<Nanos>,
+) -> Vec<Result<Decided, PolicyError>> {
+    let mut passes = Vec::with_capacity(requests.len());
+    for &(descriptors, cost) in requests {
+        let values = set.resolve(descriptors);
+        let (tally, error) = pass_async(set, store, &values, dry, now, cost).await;
+        passes.push((values, tally, error, cost));
+    }
+    let refused = passes
+        .iter()
+        .any(|(_, tally, error, _)| error.is_some() || tally.denying());
+    if refused {
+        for (values, tally, _, cost) in &passes {
+            refund_async(set, store, values, &tally.admitted, now, *cost).await;
+        }
+    }
+    passes
+        .into_iter()
+        .map(|(values, tally, error, _)| match error {
+            Some(error) => Err(error),
+            None => Ok(conclude_async(set, store, &values, &tally)),
+        })
+        .collect()
+}
+
+/// [`pass`] against a store behind a round trip: one round trip per applicable rule.
+#[cfg(feature = "redis")]
+async fn pass_async<S: AsyncStore>(
+    set: &RuleSet,
+    store: &S,
+    values: &Values<'_>,
+    dry: bool,
+    now: Option<Nanos>,
+    cost: u64,
+) -> (Tally<S::Receipt>, Option<PolicyError>) {
     let mut tally: Tally<S::Receipt> = Tally::new();
     for i in 0..set.rules.len() {
         let mut buf = KeyBuf::new();
-        let Some(at) = rule_key(set, i, &values, &mut buf) else {
+        let Some(at) = rule_key(set, i, values, &mut buf) else {
             continue;
         };
         let enforced = set.rules[i].enforced(dry);
@@ -302,21 +422,28 @@ pub(crate) async fn decide_async<S: AsyncStore>(
                 .map(|d| d.map(|(d, r)| (d, Some(r))))
         };
         if let Err(error) = tally.record(set, i, &at, enforced, cost, result, None) {
-            refund_async(set, store, &values, &tally.admitted, now, cost).await;
-            return Err(error);
+            return (tally, Some(error));
         }
     }
+    (tally, None)
+}
+
+/// [`conclude`] for a store behind a round trip: `t` from the admission alone.
+#[cfg(feature = "redis")]
+fn conclude_async<S: AsyncStore>(
+    set: &RuleSet,
+    store: &S,
+    values: &Values<'_>,
+    tally: &Tally<S::Receipt>,
+) -> Decided {
     let finished = tally.finish();
-    if tally.denying() {
-        refund_async(set, store, &values, &tally.admitted, now, cost).await;
-    }
     let mut buf = KeyBuf::new();
-    let at = finished.0.and_then(|i| rule_key(set, i, &values, &mut buf));
+    let at = finished.0.and_then(|i| rule_key(set, i, values, &mut buf));
     let next = match (&at, finished.1) {
         (Some(at), decision @ Decision::Allowed { .. }) => store.next_unit(at, &decision),
         _ => None,
     };
-    Ok(answer(set, finished, at, tally.shadow_denied, next))
+    answer(set, finished, at, tally.shadow_denied, next)
 }
 
 #[cfg(feature = "redis")]

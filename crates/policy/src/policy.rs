@@ -276,6 +276,46 @@ impl<C: Clock + Clone + 'static> Policy<C> {
         self.decide(&live, descriptors, now, cost, None, true)
     }
 
+    /// Decides several requests as one at `now`, each `(descriptors, cost)` as
+    /// [`check_next_at`](Self::check_next_at) would, in order: when any is denied or cannot be
+    /// decided, every admission of every one of them is given back, so a refused group consumes
+    /// nothing anywhere (the descriptors of one Envoy rate-limit call, say). Each keeps its own
+    /// answer; the group is admitted when every answer is an admission.
+    ///
+    /// ```
+    /// use tollgate_core::ManualClock;
+    /// use tollgate_policy::{Policy, PolicyConfig};
+    /// let config = PolicyConfig::from_toml(r#"
+    ///     [[rules]]
+    ///     name = "per_user"
+    ///     match = { user = "any" }
+    ///     key = ["user"]
+    ///     limit = 1
+    ///     period = "1s"
+    ///     capacity = 10
+    /// "#)?;
+    /// let policy = Policy::with_clock(config, ManualClock::new())?;
+    /// let now = policy.now();
+    /// let (a, b) = ([("user", "a")], [("user", "b")]);
+    /// assert!(policy.check_at(&b, now, 1)?.is_allowed()); // b is spent
+    /// let answers = policy.check_all_at(&[(&a, 1), (&b, 1)], now);
+    /// assert!(answers[0].as_ref().unwrap().0.is_allowed());
+    /// assert!(!answers[1].as_ref().unwrap().0.is_allowed());
+    /// // The group was refused, so a's unit came back.
+    /// assert!(policy.check_at(&a, now, 1)?.is_allowed());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn check_all_at(
+        &self,
+        requests: &[(&Descriptors<'_>, u64)],
+        now: Nanos,
+    ) -> Vec<Result<(PolicyDecision, Option<Duration>), PolicyError>> {
+        let live = self.current.load();
+        // Relaxed: see `set_dry_run`.
+        let dry = live.rules.dry_run || self.dry_run.load(Ordering::Relaxed);
+        engine::decide_all(&live.rules, &live.store, requests, dry, now, true)
+    }
+
     /// [`check`](Self::check), also writing each applicable rule's own outcome into `outcomes`
     /// (cleared first; reuse the vector to avoid allocating).
     ///

@@ -21,7 +21,7 @@ use tollgate_redis::{
 
 use crate::config::{AlgorithmKind, ConfigError, ConfigErrorKind, PolicyConfig};
 use crate::engine::{self, Decided};
-use crate::policy::{Descriptors, PolicyError};
+use crate::policy::{Descriptors, PolicyDecision, PolicyError};
 use crate::rules::RuleSet;
 use crate::stats::PolicySnapshot;
 use crate::store::{AsyncStore, RuleKey, next_unit};
@@ -513,7 +513,7 @@ impl RedisPolicy {
         &self,
         descriptors: &Descriptors<'_>,
         cost: u64,
-    ) -> Result<Decided, PolicyError> {
+    ) -> Result<(PolicyDecision, Option<Duration>), PolicyError> {
         self.decide(descriptors, None, cost).await
     }
 
@@ -527,8 +527,37 @@ impl RedisPolicy {
         descriptors: &Descriptors<'_>,
         now: Nanos,
         cost: u64,
-    ) -> Result<Decided, PolicyError> {
+    ) -> Result<(PolicyDecision, Option<Duration>), PolicyError> {
         self.decide(descriptors, Some(now), cost).await
+    }
+
+    /// Decides several requests as one, as [`Policy::check_all_at`](crate::Policy::check_all_at)
+    /// does: when any is denied or cannot be decided, what the others admitted is given back.
+    pub async fn check_all(
+        &self,
+        requests: &[(&Descriptors<'_>, u64)],
+    ) -> Vec<Result<(PolicyDecision, Option<Duration>), PolicyError>> {
+        self.decide_all(requests, None).await
+    }
+
+    /// [`check_all`](Self::check_all) at an explicit time, for simulation and tests.
+    pub async fn check_all_at(
+        &self,
+        requests: &[(&Descriptors<'_>, u64)],
+        now: Nanos,
+    ) -> Vec<Result<(PolicyDecision, Option<Duration>), PolicyError>> {
+        self.decide_all(requests, Some(now)).await
+    }
+
+    async fn decide_all(
+        &self,
+        requests: &[(&Descriptors<'_>, u64)],
+        now: Option<Nanos>,
+    ) -> Vec<Result<Decided, PolicyError>> {
+        let live = self.current.load_full();
+        // Relaxed: a switch read by each decision; it publishes no other data.
+        let dry = live.rules.dry_run || self.dry_run.load(Ordering::Relaxed);
+        engine::decide_all_async(&live.rules, &live.store, requests, dry, now).await
     }
 
     async fn decide(

@@ -254,3 +254,53 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// `check_all_at` decides a group as one: an admitted group leaves exactly what deciding its
+    /// requests one by one leaves, a refused one leaves no trace in any rule.
+    #[test]
+    fn a_refused_group_leaves_no_trace(
+        groups in proptest::collection::vec(
+            (0u64..300, proptest::collection::vec((0usize..4, 1u64..3), 1..4)),
+            1..30,
+        ),
+    ) {
+        let config = PolicyConfig::from_toml(
+            "[[rules]]\nname = \"per_user\"\nmatch = { user = \"any\" }\nkey = [\"user\"]\n\
+             limit = 3\nperiod = \"1s\"\ncapacity = 16\n\
+             [[rules]]\nname = \"global\"\nalgorithm = \"fixed_window\"\nlimit = 8\nperiod = \"1s\"\n",
+        )
+        .unwrap();
+        let policy = Policy::with_clock(config.clone(), ManualClock::new()).unwrap();
+        let twin = Policy::with_clock(config, ManualClock::new()).unwrap();
+        let users = ["a", "b", "c", "d"];
+        let mut now = 1_000_000_000u64;
+        for (step_ms, group) in groups {
+            now += step_ms * 1_000_000;
+            let descriptors: Vec<[(&str, &str); 1]> =
+                group.iter().map(|&(u, _)| [("user", users[u])]).collect();
+            let requests: Vec<(&[(&str, &str)], u64)> = descriptors
+                .iter()
+                .zip(&group)
+                .map(|(d, &(_, cost))| (&d[..], cost))
+                .collect();
+            let answers = policy.check_all_at(&requests, now);
+            let admitted = answers.iter().all(|a| a.as_ref().is_ok_and(|(d, _)| d.is_allowed()));
+            if admitted {
+                for &(descriptors, cost) in &requests {
+                    prop_assert!(twin.check_at(descriptors, now, cost).unwrap().is_allowed());
+                }
+            }
+            for user in users {
+                let request = [("user", user)];
+                for rule in ["per_user", "global"] {
+                    let a = policy.peek_rule_at(rule, &request, now, 1).unwrap().unwrap();
+                    let b = twin.peek_rule_at(rule, &request, now, 1).unwrap().unwrap();
+                    prop_assert_eq!(a, b, "{} for {} after {:?}", rule, user, answers);
+                }
+            }
+        }
+    }
+}

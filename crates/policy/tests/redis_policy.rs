@@ -280,3 +280,28 @@ async fn a_reload_keeps_the_state_in_redis_and_the_counters() {
     );
     assert_eq!(policy.rules(), ["global"], "a bad config changes nothing");
 }
+
+#[tokio::test]
+async fn a_group_is_decided_as_one_on_redis_too() {
+    let server = RedisServer::start();
+    let config = PolicyConfig::from_toml(
+        r#"
+        [[rules]]
+        name = "per_user"
+        match = { user = "any" }
+        key = ["user"]
+        limit = 1
+        period = "1h"
+    "#,
+    )
+    .unwrap();
+    let policy = RedisPolicy::new(config, conn(&server), settings()).unwrap();
+    let (a, b) = ([("user", "a")], [("user", "b")]);
+    assert!(policy.check(&b, 1).await.unwrap().0.is_allowed());
+    let answers = policy.check_all(&[(&a, 1), (&b, 1)]).await;
+    assert!(answers[0].as_ref().unwrap().0.is_allowed());
+    assert!(!answers[1].as_ref().unwrap().0.is_allowed());
+    // Refused as a group: a's unit went back.
+    assert!(policy.check(&a, 1).await.unwrap().0.is_allowed());
+    assert!(!policy.check(&a, 1).await.unwrap().0.is_allowed());
+}
