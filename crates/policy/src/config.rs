@@ -84,7 +84,7 @@ pub struct RuleConfig {
     /// `enforce` (default) or `shadow`.
     #[serde(default)]
     pub mode: Mode,
-    /// Global rules only: `atomic` (default, one exact word) or `striped` (per-core leases for a
+    /// Global rules only: `atomic` (default, one exact slot) or `striped` (per-core leases for a
     /// hot global cap; GCRA only).
     #[serde(default)]
     pub storage: Storage,
@@ -176,7 +176,8 @@ pub enum Mode {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Storage {
-    /// One atomic word (`AtomicLimiter`): exact.
+    /// One exact 16-byte slot (a one-key `KeyedLimiter` table, so that a reload carries its state over
+    /// exactly as a keyed rule's: the slot's tier says which quota wrote it).
     #[default]
     Atomic,
     /// `StripedLimiter`: per-core leases of one GCRA quota, for many threads on one hot cap.

@@ -6,6 +6,7 @@ use std::marker::PhantomData;
 use crossbeam_utils::CachePadded;
 use tollgate_core::{Algorithm, AtomicState, Clock, MonotonicClock, Quota};
 
+use crate::defaults::Defaults;
 use crate::error::KeyedError;
 use crate::ledger::OverflowLedger;
 use crate::limiter::{
@@ -130,7 +131,8 @@ impl<K: ?Sized, A: Algorithm, C: Clock> Builder<K, A, C> {
             stripe_shift: 64 - stripes.trailing_zeros(),
             slots_per_stripe,
             window,
-            algorithm,
+            defaults: Defaults::new(algorithm),
+            requota: Mutex::new(()),
             tiers: (0..MAX_OVERRIDE_QUOTAS).map(|_| OnceLock::new()).collect(),
             tiers_lock: Mutex::new(()),
             hasher: foldhash::quality::FixedState::with_seed(seed),
