@@ -53,6 +53,11 @@ fn yes() -> bool {
     true
 }
 
+/// The largest `capacity` a keyed rule may have: 2³⁰ keys (1 073 741 824), a table of about 24.6 GB.
+/// Checked when the config is validated, so a typo of a few digits is a [`ConfigError`] before
+/// anything is allocated.
+pub const MAX_CAPACITY: usize = 1 << 30;
+
 /// One rule.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -78,7 +83,8 @@ pub struct RuleConfig {
     /// Bucket depth for `gcra`/`leaky_bucket` (default: `limit`).
     #[serde(default)]
     pub burst: Option<u64>,
-    /// Keys the rule's table holds (keyed rules only; memory ≈ 23 B per key, allocated at load).
+    /// Keys the rule's table holds (keyed rules only; memory ≈ 23 B per key, allocated at load). At
+    /// most [`MAX_CAPACITY`]; a table the allocator cannot provide is an error too, never an abort.
     #[serde(default)]
     pub capacity: Option<usize>,
     /// `enforce` (default) or `shadow`.
@@ -276,6 +282,13 @@ pub enum ConfigErrorKind {
     KeyNotMatched(String),
     /// A keyed rule without a capacity, or a capacity on a global rule.
     Capacity,
+    /// A capacity above [`MAX_CAPACITY`].
+    CapacityTooLarge {
+        /// The capacity asked for.
+        capacity: usize,
+        /// The most allowed.
+        max: usize,
+    },
     /// Striped storage on a keyed rule or a non-GCRA algorithm.
     Storage,
     /// A two-stage delay on a window algorithm, one too long for the quota, or on a rule with
@@ -321,6 +334,12 @@ impl fmt::Display for ConfigError {
             ),
             ConfigErrorKind::Capacity => {
                 f.write_str("keyed rules need a capacity; global rules take none")
+            }
+            ConfigErrorKind::CapacityTooLarge { capacity, max } => {
+                write!(
+                    f,
+                    "a capacity of {capacity} keys is above the most allowed, {max}"
+                )
             }
             ConfigErrorKind::Storage => {
                 f.write_str("striped storage is for global rules with the gcra algorithm")
@@ -395,6 +414,16 @@ impl PolicyConfig {
                     name,
                     "capacity",
                     ConfigErrorKind::Capacity,
+                ));
+            }
+            if let Some(capacity) = rule.capacity.filter(|&c| c > MAX_CAPACITY) {
+                return Err(ConfigError::new(
+                    name,
+                    "capacity",
+                    ConfigErrorKind::CapacityTooLarge {
+                        capacity,
+                        max: MAX_CAPACITY,
+                    },
                 ));
             }
             if rule.storage == Storage::Striped && (keyed || algorithm != AlgorithmKind::Gcra) {

@@ -42,8 +42,8 @@ mod stats;
 mod sync;
 
 pub use config::{
-    AlgorithmKind, ConfigError, ConfigErrorKind, DelayConfig, MatchSpec, Mode, OverrideConfig,
-    PolicyConfig, RuleConfig, Storage, Validated,
+    AlgorithmKind, ConfigError, ConfigErrorKind, DelayConfig, MAX_CAPACITY, MatchSpec, Mode,
+    OverrideConfig, PolicyConfig, RuleConfig, Storage, Validated,
 };
 pub use policy::{Applicable, Descriptors, Policy, PolicyDecision, PolicyError, RuleOutcome};
 pub use reload::{PreparedReload, ReloadReport};

@@ -388,3 +388,42 @@ fn alternating_quotas_of_burst_3_under_4_threads_never_admit_more_than_3() {
         }
     }
 }
+
+// ---------------------------------------------------------------- tables that cannot be built
+
+#[test]
+fn a_capacity_that_cannot_be_allocated_is_a_typed_error_and_the_old_policy_stays() {
+    use tollgate_policy::{ConfigErrorKind, MAX_CAPACITY};
+    let keyed = |capacity: u64| {
+        config(&format!(
+            "[[rules]]\nname = \"r\"\nmatch = {{ k = \"any\" }}\nkey = [\"k\"]\nlimit = 1\n\
+             period = \"1s\"\ncapacity = {capacity}\n"
+        ))
+    };
+    // At start: 2^40 keys.
+    let e = Policy::with_clock(keyed(1 << 40), ManualClock::new()).unwrap_err();
+    assert_eq!((e.rule.as_deref(), e.field), (Some("r"), "capacity"));
+    assert_eq!(
+        e.kind,
+        ConfigErrorKind::CapacityTooLarge {
+            capacity: 1 << 40,
+            max: MAX_CAPACITY
+        }
+    );
+    // On a live reload: 4 000 000 000 keys (91 GB); the running policy keeps deciding.
+    let clock = ManualClock::new();
+    let p = Policy::with_clock(keyed(100), clock.clone()).unwrap();
+    let now = p.now();
+    assert!(p.check_at(&[("k", "x")], now, 1).unwrap().is_allowed());
+    let e = p.reload(keyed(4_000_000_000)).unwrap_err();
+    assert!(
+        matches!(e.kind, ConfigErrorKind::CapacityTooLarge { .. }),
+        "{e}"
+    );
+    assert_eq!(p.config(), keyed(100));
+    assert!(
+        !p.check_at(&[("k", "x")], now, 1).unwrap().is_allowed(),
+        "state kept"
+    );
+    assert!(p.check_at(&[("k", "y")], now, 1).unwrap().is_allowed());
+}

@@ -79,7 +79,9 @@ impl<K: ?Sized, A: Algorithm, C: Clock> Builder<K, A, C> {
     /// Builds the limiter, allocating the whole table now.
     ///
     /// # Errors
-    /// [`KeyedError`] for an invalid quota, capacity, stripe count or window.
+    /// [`KeyedError`] for an invalid quota, capacity, stripe count or window;
+    /// [`KeyedError::CapacityTooLarge`] also when the allocator cannot provide the table (the
+    /// process does not abort).
     pub fn build(self) -> Result<KeyedLimiter<K, A, C>, KeyedError> {
         let algorithm = A::from_quota(self.quota)?;
         let capacity = self.capacity;
@@ -113,7 +115,7 @@ impl<K: ?Sized, A: Algorithm, C: Clock> Builder<K, A, C> {
         {
             return Err(too_large);
         }
-        let slots = AtomicPair::zeroed_slice(total);
+        let slots = AtomicPair::zeroed_slice(total).ok_or(too_large)?;
         let stripe_list: Box<[CachePadded<Stripe>]> = (0..stripes)
             .map(|_| {
                 CachePadded::new(Stripe {
