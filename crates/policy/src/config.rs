@@ -282,6 +282,9 @@ pub enum ConfigErrorKind {
     KeyNotMatched(String),
     /// A keyed rule without a capacity, or a capacity on a global rule.
     Capacity,
+    /// The same key value in two overrides of one rule (or twice in one): which quota it gets would
+    /// depend on their order.
+    DuplicateOverride(String),
     /// A capacity above [`MAX_CAPACITY`].
     CapacityTooLarge {
         /// The capacity asked for.
@@ -334,6 +337,9 @@ impl fmt::Display for ConfigError {
             ),
             ConfigErrorKind::Capacity => {
                 f.write_str("keyed rules need a capacity; global rules take none")
+            }
+            ConfigErrorKind::DuplicateOverride(value) => {
+                write!(f, "key value `{value}` has more than one override")
             }
             ConfigErrorKind::CapacityTooLarge { capacity, max } => {
                 write!(
@@ -471,6 +477,13 @@ impl PolicyConfig {
             let quota = quota(name, o.limit, o.period, o.burst)?;
             check_algorithm(name, "overrides", rules[i].algorithm, quota)?;
             for value in &o.values {
+                if rules[i].overrides.iter().any(|(v, _)| v == value) {
+                    return Err(ConfigError::new(
+                        name,
+                        "overrides",
+                        ConfigErrorKind::DuplicateOverride(value.clone()),
+                    ));
+                }
                 rules[i].overrides.push((value.clone(), quota));
             }
         }

@@ -427,3 +427,41 @@ fn a_capacity_that_cannot_be_allocated_is_a_typed_error_and_the_old_policy_stays
     );
     assert!(p.check_at(&[("k", "y")], now, 1).unwrap().is_allowed());
 }
+
+// ---------------------------------------------------------------- overrides
+
+#[test]
+fn one_key_value_in_two_overrides_of_a_rule_is_an_error_naming_rule_and_value() {
+    use tollgate_policy::ConfigErrorKind;
+    let base = rule("gcra", Store::Keyed, 10, 1_000, None);
+    let tier = |values: &str, limit: u64| {
+        format!(
+            "[[overrides]]\nrule = \"r\"\nvalues = [{values}]\nlimit = {limit}\nperiod = \"1s\"\n"
+        )
+    };
+    for bad in [
+        format!(
+            "{base}{}{}",
+            tier("\"a\", \"vip\"", 100),
+            tier("\"vip\"", 5)
+        ),
+        format!("{base}{}", tier("\"vip\", \"b\", \"vip\"", 100)),
+    ] {
+        let e = config(&bad).validate().unwrap_err();
+        assert_eq!((e.rule.as_deref(), e.field), (Some("r"), "overrides"));
+        assert_eq!(e.kind, ConfigErrorKind::DuplicateOverride("vip".into()));
+        assert!(e.to_string().contains("`vip`"), "{e}");
+        // Refused on a live reload too, and the old policy stays.
+        let p = Policy::with_clock(config(&base), ManualClock::new()).unwrap();
+        assert!(p.reload(config(&bad)).is_err());
+        assert_eq!(p.config(), config(&base));
+    }
+    // The same value for two different rules is fine.
+    let two = format!(
+        "{base}{}\n[[rules]]\nname = \"s\"\nmatch = {{ k = \"any\" }}\nkey = [\"k\"]\nlimit = 1\n\
+         period = \"1s\"\ncapacity = 8\n\n[[overrides]]\nrule = \"s\"\nvalues = [\"vip\"]\n\
+         limit = 2\nperiod = \"1s\"\n",
+        tier("\"vip\"", 100)
+    );
+    config(&two).validate().unwrap();
+}
