@@ -53,6 +53,11 @@ fn yes() -> bool {
     true
 }
 
+/// The largest `capacity` a keyed rule may have: 2³⁰ keys (1 073 741 824), a table of about 24.6 GB.
+/// Checked when the config is validated, so a typo of a few digits is a [`ConfigError`] before
+/// anything is allocated.
+pub const MAX_CAPACITY: usize = 1 << 30;
+
 /// One rule.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -78,13 +83,14 @@ pub struct RuleConfig {
     /// Bucket depth for `gcra`/`leaky_bucket` (default: `limit`).
     #[serde(default)]
     pub burst: Option<u64>,
-    /// Keys the rule's table holds (keyed rules only; memory ≈ 23 B per key, allocated at load).
+    /// Keys the rule's table holds (keyed rules only; memory ≈ 23 B per key, allocated at load). At
+    /// most [`MAX_CAPACITY`]; a table the allocator cannot provide is an error too, never an abort.
     #[serde(default)]
     pub capacity: Option<usize>,
     /// `enforce` (default) or `shadow`.
     #[serde(default)]
     pub mode: Mode,
-    /// Global rules only: `atomic` (default, one exact word) or `striped` (per-core leases for a
+    /// Global rules only: `atomic` (default, one exact slot) or `striped` (per-core leases for a
     /// hot global cap; GCRA only).
     #[serde(default)]
     pub storage: Storage,
@@ -176,7 +182,8 @@ pub enum Mode {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Storage {
-    /// One atomic word (`AtomicLimiter`): exact.
+    /// One exact 16-byte slot (a one-key `KeyedLimiter` table, so that a reload carries its state over
+    /// exactly as a keyed rule's: the slot's tier says which quota wrote it).
     #[default]
     Atomic,
     /// `StripedLimiter`: per-core leases of one GCRA quota, for many threads on one hot cap.
@@ -275,6 +282,16 @@ pub enum ConfigErrorKind {
     KeyNotMatched(String),
     /// A keyed rule without a capacity, or a capacity on a global rule.
     Capacity,
+    /// The same key value in two overrides of one rule (or twice in one): which quota it gets would
+    /// depend on their order.
+    DuplicateOverride(String),
+    /// A capacity above [`MAX_CAPACITY`].
+    CapacityTooLarge {
+        /// The capacity asked for.
+        capacity: usize,
+        /// The most allowed.
+        max: usize,
+    },
     /// Striped storage on a keyed rule or a non-GCRA algorithm.
     Storage,
     /// A two-stage delay on a window algorithm, one too long for the quota, or on a rule with
@@ -320,6 +337,15 @@ impl fmt::Display for ConfigError {
             ),
             ConfigErrorKind::Capacity => {
                 f.write_str("keyed rules need a capacity; global rules take none")
+            }
+            ConfigErrorKind::DuplicateOverride(value) => {
+                write!(f, "key value `{value}` has more than one override")
+            }
+            ConfigErrorKind::CapacityTooLarge { capacity, max } => {
+                write!(
+                    f,
+                    "a capacity of {capacity} keys is above the most allowed, {max}"
+                )
             }
             ConfigErrorKind::Storage => {
                 f.write_str("striped storage is for global rules with the gcra algorithm")
@@ -411,6 +437,16 @@ impl PolicyConfig {
                     ConfigErrorKind::Capacity,
                 ));
             }
+            if let Some(capacity) = rule.capacity.filter(|&c| c > MAX_CAPACITY) {
+                return Err(ConfigError::new(
+                    name,
+                    "capacity",
+                    ConfigErrorKind::CapacityTooLarge {
+                        capacity,
+                        max: MAX_CAPACITY,
+                    },
+                ));
+            }
             if rule.storage == Storage::Striped && (keyed || algorithm != AlgorithmKind::Gcra) {
                 return Err(ConfigError::new(name, "storage", ConfigErrorKind::Storage));
             }
@@ -456,6 +492,13 @@ impl PolicyConfig {
             let quota = quota(name, o.limit, o.period, o.burst)?;
             check_algorithm(name, "overrides", rules[i].algorithm, quota)?;
             for value in &o.values {
+                if rules[i].overrides.iter().any(|(v, _)| v == value) {
+                    return Err(ConfigError::new(
+                        name,
+                        "overrides",
+                        ConfigErrorKind::DuplicateOverride(value.clone()),
+                    ));
+                }
                 rules[i].overrides.push((value.clone(), quota));
             }
         }

@@ -4,17 +4,19 @@
 //! A [`Policy`] holds rules. Each rule matches requests by their descriptors (`remote_address`,
 //! `route`, `method`, `api_key`, ...: exact, prefix or any value), keys its limit by some of them
 //! (none: one global limit), and runs one of the core algorithms on a `KeyedLimiter` (keyed rules,
-//! bounded memory), an `AtomicLimiter` or a `StripedLimiter` (global rules). [`Policy::check`]
-//! decides every applicable rule at one clock reading and returns one [`PolicyDecision`]: admitted
-//! only if every enforcing rule admits; when one denies, every rule that admitted the request gets
-//! its units back, so a denied request consumes nothing anywhere.
+//! bounded memory), a one-key table (an exact global rule) or a `StripedLimiter` (a hot global
+//! rule). [`Policy::check`] decides every applicable rule at one clock reading and returns one
+//! [`PolicyDecision`]: admitted only if every enforcing rule admits; when one denies, every rule
+//! that admitted the request gets its units back, so a denied request consumes nothing anywhere.
 //!
 //! * **Shadow mode** per rule, and a global dry-run switch ([`Policy::set_dry_run`]).
 //! * **Two-stage delay** (nginx's `burst=… delay=…`): a bucket rule with `delay.max_delay` admits its
 //!   burst at once, asks the next requests to wait up to `max_delay` ([`PolicyDecision::delay`]), and
 //!   denies beyond that.
-//! * **Live reload** ([`Policy::reload`]): lock-free for decisions; unchanged rules keep their state,
-//!   so a quota change reaches existing keys without a fresh burst.
+//! * **Live reload** ([`Policy::reload`], or [`Policy::prepare_reload`] then
+//!   [`PreparedReload::commit`]): lock-free for decisions; unchanged rules keep their state, and a
+//!   quota change carries each key over as-is in units (never more than it had, nor than the new
+//!   quota allows).
 //! * **Config** ([`PolicyConfig`]) in TOML or YAML, validated once with typed errors naming the rule
 //!   and field ([`ConfigError`]).
 //! * **Counters** per rule (allowed, denied, shadow-denied, near the limit, overflow) through the
@@ -47,19 +49,17 @@ mod policy;
 #[cfg(feature = "redis")]
 mod redis_store;
 mod reload;
-mod reloadable;
 mod rules;
 mod stats;
 mod store;
 mod sync;
 
 pub use config::{
-    AlgorithmKind, ConfigError, ConfigErrorKind, DelayConfig, MatchSpec, Mode, OverrideConfig,
-    PolicyConfig, RuleConfig, Storage, Validated,
+    AlgorithmKind, ConfigError, ConfigErrorKind, DelayConfig, MAX_CAPACITY, MatchSpec, Mode,
+    OverrideConfig, PolicyConfig, RuleConfig, Storage, Validated,
 };
 pub use policy::{Descriptors, Policy, PolicyDecision, PolicyError, RuleOutcome};
 #[cfg(feature = "redis")]
 pub use redis_store::{RedisPolicy, RedisSettings};
 pub use reload::{PreparedReload, ReloadReport};
-pub use reloadable::Reloadable;
 pub use stats::{PolicySnapshot, RuleStats};

@@ -2,14 +2,13 @@
 //! every (algorithm, storage) pair.
 
 use tollgate_core::{
-    Algorithm, AtomicLimiter, CheckError, Clock, Decision, FixedWindow, Gcra, LeakyBucket, Limiter,
-    Nanos, Quota, SlidingWindow,
+    Algorithm, CheckError, Clock, Decision, FixedWindow, Gcra, LeakyBucket, Limiter, Nanos, Quota,
+    SlidingWindow,
 };
-use tollgate_sharded::{KeyedError, KeyedLimiter};
+use tollgate_sharded::{KeyedError, KeyedLimiter, MIN_WINDOW};
 use tollgate_striped::{LeaseReceipt, StripedConfig, StripedLimiter};
 
 use crate::config::{AlgorithmKind, ConfigErrorKind, Storage};
-use crate::reloadable::Reloadable;
 
 /// What a refund needs besides the key: where a striped admission's units came from.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -28,18 +27,14 @@ pub(crate) trait RuleLimiter: Send + Sync {
     fn overflow_decisions(&self) -> u64 {
         0
     }
-    /// Makes `quota` the default from now on, keeping every state word. `false`: this storage cannot
-    /// (striped: the policy rebuilds it, carrying the shared word).
+    /// Makes `quota` the default from now on, every key's state carried over as-is in units. `false`:
+    /// this storage cannot (striped: the policy rebuilds it and calls `take_over`).
     fn set_quota(&self, quota: Quota) -> bool;
     fn set_override(&self, _key: &[u8], _quota: Quota) -> Result<(), KeyedError> {
         Err(KeyedError::WindowFull)
     }
     fn remove_override(&self, _key: &[u8]) -> bool {
         false
-    }
-    /// The striped limiter's shared word, to carry into a rebuilt one.
-    fn shared_tat(&self) -> Option<Nanos> {
-        None
     }
     /// Keeps `key` in a keyed table (unevictable) until `unpin_key`, so that a later
     /// `set_override` cannot fail for want of room. Global limiters have no keys.
@@ -52,12 +47,21 @@ pub(crate) trait RuleLimiter: Send + Sync {
     fn check_override_quotas(&self, _quotas: &[Quota]) -> Result<(), KeyedError> {
         Ok(())
     }
-    /// A rebuilt (striped) limiter, not yet published, moves up to where `old` stands now.
-    fn take_over(&self, _old: &dyn RuleLimiter) {}
+    /// A striped limiter being replaced: stops granting from its shared word (decisions still
+    /// running on it deny) and returns that word and its quota.
+    fn retire(&self, _at: Nanos) -> Option<(Nanos, Quota)> {
+        None
+    }
+    /// A rebuilt (striped) limiter, not yet published, takes over `old`'s state at `at`: `old` is
+    /// retired and its shared word carried over as-is in units.
+    fn take_over(&self, _old: &dyn RuleLimiter, _at: Nanos) {}
 }
 
+/// A keyed rule, or a global rule on `atomic` storage: a table of one key (the empty one), so that
+/// both change their quota the same way (`KeyedLimiter::set_default`: each key's state carried over
+/// as-is in units, exact under concurrent decisions, since the slot's tier says which quota wrote it).
 struct Keyed<A, C> {
-    limiter: KeyedLimiter<[u8], Reloadable<A>, C>,
+    limiter: KeyedLimiter<[u8], A, C>,
 }
 
 impl<A: Algorithm, C: Clock> RuleLimiter for Keyed<A, C> {
@@ -77,13 +81,7 @@ impl<A: Algorithm, C: Clock> RuleLimiter for Keyed<A, C> {
         self.limiter.overflow_decisions() as u64
     }
     fn set_quota(&self, quota: Quota) -> bool {
-        match A::from_quota(quota) {
-            Ok(algorithm) => {
-                self.limiter.algorithm().replace(algorithm);
-                true
-            }
-            Err(_) => false,
-        }
+        self.limiter.set_quota(quota).is_ok()
     }
     fn set_override(&self, key: &[u8], quota: Quota) -> Result<(), KeyedError> {
         self.limiter.set_override(key, quota)
@@ -99,34 +97,6 @@ impl<A: Algorithm, C: Clock> RuleLimiter for Keyed<A, C> {
     }
     fn check_override_quotas(&self, quotas: &[Quota]) -> Result<(), KeyedError> {
         self.limiter.check_override_quotas(quotas)
-    }
-}
-
-struct Global<A, C> {
-    limiter: AtomicLimiter<Reloadable<A>, C>,
-}
-
-impl<A: Algorithm, C: Clock> RuleLimiter for Global<A, C> {
-    #[inline]
-    fn check(&self, _: &[u8], now: Nanos, cost: u64) -> Result<(Decision, Receipt), CheckError> {
-        self.limiter
-            .check_at(now, cost)
-            .map(|d| (d, Receipt::Plain))
-    }
-    fn peek(&self, _: &[u8], now: Nanos, cost: u64) -> Result<Decision, CheckError> {
-        self.limiter.peek_at(now, cost)
-    }
-    fn refund(&self, _: &[u8], now: Nanos, cost: u64, _: Receipt) {
-        self.limiter.refund_at(now, cost);
-    }
-    fn set_quota(&self, quota: Quota) -> bool {
-        match A::from_quota(quota) {
-            Ok(algorithm) => {
-                self.limiter.algorithm().replace(algorithm);
-                true
-            }
-            Err(_) => false,
-        }
     }
 }
 
@@ -152,11 +122,16 @@ impl<C: Clock> RuleLimiter for Striped<C> {
     fn set_quota(&self, _: Quota) -> bool {
         false
     }
-    fn shared_tat(&self) -> Option<Nanos> {
-        Some(self.limiter.shared_tat())
+    fn retire(&self, at: Nanos) -> Option<(Nanos, Quota)> {
+        Some((self.limiter.retire(at), *self.limiter.quota()))
     }
-    fn take_over(&self, old: &dyn RuleLimiter) {
-        if let Some(tat) = old.shared_tat() {
+    fn take_over(&self, old: &dyn RuleLimiter, at: Nanos) {
+        let Some((tat, quota)) = old.retire(at) else {
+            return;
+        };
+        // As-is in units at `at`, as for every other storage.
+        if let Ok(from) = Gcra::from_quota(quota) {
+            let tat = from.carry_over(tat, at, self.limiter.gcra());
             self.limiter.raise_shared_tat(tat);
         }
     }
@@ -172,22 +147,18 @@ pub(crate) struct Spec {
     pub stripes: Option<usize>,
 }
 
-/// Builds the limiter `spec` describes, on `clock`; a striped one starts at `carry_tat` if given.
+/// Builds the limiter `spec` describes, fresh, on `clock`.
 pub(crate) fn build<C: Clock + Clone + 'static>(
     spec: &Spec,
     clock: &C,
-    carry_tat: Option<Nanos>,
 ) -> Result<Box<dyn RuleLimiter>, ConfigErrorKind> {
     fn keyed<A: Algorithm, C: Clock + Clone + 'static>(
         spec: &Spec,
         capacity: usize,
         clock: &C,
     ) -> Result<Box<dyn RuleLimiter>, ConfigErrorKind> {
-        let builder = KeyedLimiter::<[u8], Reloadable<A>, C>::builder_with_clock(
-            spec.quota,
-            capacity,
-            clock.clone(),
-        );
+        let builder =
+            KeyedLimiter::<[u8], A, C>::builder_with_clock(spec.quota, capacity, clock.clone());
         // Loom replays a model many times and needs every run to touch the same slots; everywhere
         // else each table gets its own random seed.
         #[cfg(tollgate_loom)]
@@ -195,13 +166,21 @@ pub(crate) fn build<C: Clock + Clone + 'static>(
         let limiter = builder.build().map_err(ConfigErrorKind::Keyed)?;
         Ok(Box::new(Keyed { limiter }))
     }
+    /// A global rule: a table of one key (the empty one) in one window of the smallest size.
     fn global<A: Algorithm, C: Clock + Clone + 'static>(
         spec: &Spec,
         clock: &C,
     ) -> Result<Box<dyn RuleLimiter>, ConfigErrorKind> {
-        let limiter = AtomicLimiter::<Reloadable<A>, C>::with_clock(spec.quota, clock.clone())
-            .map_err(ConfigErrorKind::Quota)?;
-        Ok(Box::new(Global { limiter }))
+        let limiter = KeyedLimiter::<[u8], A, C>::builder_with_clock(spec.quota, 1, clock.clone())
+            .stripes(1)
+            .window(MIN_WINDOW)
+            .hasher_seed(0)
+            .build()
+            .map_err(|e| match e {
+                KeyedError::Quota(e) => ConfigErrorKind::Quota(e),
+                e => ConfigErrorKind::Keyed(e),
+            })?;
+        Ok(Box::new(Keyed { limiter }))
     }
     match (spec.capacity, spec.storage) {
         (Some(capacity), _) => match spec.algorithm {
@@ -217,10 +196,6 @@ pub(crate) fn build<C: Clock + Clone + 'static>(
             };
             let limiter = StripedLimiter::with_config(spec.quota, config, clock.clone())
                 .map_err(ConfigErrorKind::Striped)?;
-            let limiter = match carry_tat {
-                Some(tat) => limiter.with_shared_tat(tat),
-                None => limiter,
-            };
             Ok(Box::new(Striped { limiter }))
         }
         (None, Storage::Atomic) => match spec.algorithm {

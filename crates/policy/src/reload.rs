@@ -4,7 +4,6 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, MutexGuard};
-use std::time::Duration;
 
 use tollgate_core::{Clock, Quota};
 
@@ -37,8 +36,6 @@ pub(crate) struct Identity {
     storage: Storage,
     capacity: Option<usize>,
     stripes: Option<usize>,
-    /// Window algorithms: the window length (their state layout depends on it).
-    window: Option<Duration>,
 }
 
 impl Identity {
@@ -49,7 +46,6 @@ impl Identity {
             storage: rule.storage,
             capacity: rule.capacity,
             stripes: rule.stripes,
-            window: (!algorithm.is_bucket()).then_some(rule.period),
         }
     }
 }
@@ -127,10 +123,13 @@ impl<C> PreparedReload<'_, C> {
         &self.report
     }
 
-    /// Applies the reload: override changes on kept tables, quota changes of kept rules, then the
-    /// new rule set published with one atomic store. Every step was checked while preparing, so
-    /// nothing here can fail.
-    pub fn commit(self) -> ReloadReport {
+    /// Applies the reload: quota changes of kept rules (each key's state carried over, see
+    /// [`Policy::reload`]), override changes on kept tables, then the new rule set published with
+    /// one atomic store. Every step was checked while preparing, so nothing here can fail.
+    pub fn commit(self) -> ReloadReport
+    where
+        C: Clock,
+    {
         let PreparedReload {
             policy,
             _serial,
@@ -138,6 +137,10 @@ impl<C> PreparedReload<'_, C> {
             report,
             effects,
         } = self;
+        for (limiter, quota) in &effects.requotas {
+            // Validated: the algorithm holds this quota.
+            limiter.set_quota(*quota);
+        }
         for (limiter, value, quota) in &effects.set {
             // Cannot fail: the quota's tier was checked to fit while preparing (only reloads set
             // overrides, and they are serialised by the lock we hold) and the key is pinned.
@@ -147,12 +150,9 @@ impl<C> PreparedReload<'_, C> {
         for (limiter, value) in &effects.remove {
             limiter.remove_override(value.as_bytes());
         }
-        for (limiter, quota) in &effects.requotas {
-            // Validated: the algorithm holds this quota.
-            limiter.set_quota(*quota);
-        }
+        let at = policy.clock.now();
         for (new, old) in &effects.takeovers {
-            new.take_over(old.as_ref());
+            new.take_over(old.as_ref(), at);
         }
         policy.current.store(Arc::new(set));
         // Dropping `effects` takes the pins back; dropping `_serial` lets the next reload in.
@@ -165,11 +165,25 @@ impl<C: Clock + Clone + 'static> Policy<C> {
     /// Replaces the rules with `config`'s while decisions go on: [`prepare_reload`] then
     /// [`PreparedReload::commit`].
     ///
-    /// * A rule whose identity — name, key descriptors, algorithm, storage, capacity, stripes, and
-    ///   for the window algorithms the window length — is unchanged **keeps its state and counters**.
-    ///   A quota change applies to its existing keys at once, their state words read under the new
-    ///   quota (see [`Reloadable`](crate::Reloadable) for what a GCRA timestamp means then: no key is
-    ///   handed a fresh burst). A striped rule is rebuilt at its predecessor's shared timestamp.
+    /// * A rule whose identity — name, key descriptors, algorithm, storage, capacity and stripes —
+    ///   is unchanged **keeps its state and counters**, whatever its quota (a window algorithm's
+    ///   window length included: the carry-over below converts between state layouts).
+    /// * **The carry-over rule.** When a kept rule's quota changes, or a key's override quota does,
+    ///   each key's state carries over **as-is in units** at the commit instant
+    ///   ([`Algorithm::carry_over`](tollgate_core::Algorithm::carry_over); bucket4j's
+    ///   `TokensInheritanceStrategy::AS_IS`): the key keeps `min(the units it could take just
+    ///   before, the new quota's burst or limit)` and from then on refills, or counts its window,
+    ///   under the new quota alone. So no key can take more at the reload than it could have under
+    ///   either quota, and never more than the new quota's bound afterwards; a key that just spent
+    ///   its burst gets nothing back, whichever way the quota changed. The one exception is a key
+    ///   that was idle and full (a state indistinguishable from a key never seen): it gets the new
+    ///   quota's whole burst, as a new key does. This holds for every algorithm (buckets and
+    ///   windows), for keyed and atomic global rules (the table's tier bits mark which quota wrote
+    ///   a word, so the carry-over is exact while decisions go on; see `tollgate-sharded`'s
+    ///   `KeyedLimiter::set_default`) and for striped global rules (the old limiter is retired and
+    ///   its shared word carried over; decisions still running on it take only what its stripes
+    ///   had leased). Units given back by a refund that races the commit are given back in the
+    ///   quota the key is in when the refund lands.
     /// * Override changes are applied to the kept table; removed rules drop; new ones start fresh.
     /// * An invalid config is a [`ConfigError`] naming the rule and field, and the old policy stays in
     ///   force untouched.
@@ -258,11 +272,11 @@ impl Live {
                 Some((prev, prev_limiter)) => {
                     let limiter = if prev.quota == valid.quota {
                         Arc::clone(prev_limiter)
-                    } else if let Some(tat) = prev_limiter.shared_tat() {
-                        // Striped: rebuilt at the predecessor's place on the timeline, and moved
-                        // up to where the predecessor is at the commit.
+                    } else if (rc.capacity, rc.storage) == (None, Storage::Striped) {
+                        // Striped: rebuilt under the new quota; at the commit it retires the old
+                        // one and carries its shared word over.
                         let new: Arc<dyn RuleLimiter> =
-                            Arc::from(limiter::build(&spec, clock, Some(tat)).map_err(err)?);
+                            Arc::from(limiter::build(&spec, clock).map_err(err)?);
                         effects
                             .takeovers
                             .push((Arc::clone(&new), Arc::clone(prev_limiter)));
@@ -288,7 +302,7 @@ impl Live {
                 }
                 None => {
                     let limiter: Arc<dyn RuleLimiter> =
-                        Arc::from(limiter::build(&spec, clock, None).map_err(err)?);
+                        Arc::from(limiter::build(&spec, clock).map_err(err)?);
                     for (value, quota) in &overrides {
                         limiter
                             .set_override(value.as_bytes(), *quota)

@@ -387,15 +387,17 @@ fn reload_keeps_state_so_a_quota_change_hands_out_no_fresh_burst() {
     let p = policy(KEYED);
     let a = [("remote_address", "a")];
     assert!(p.check_at(&a, SEC, 10).unwrap().is_allowed());
-    // Halve the quota: "a" spent its whole bucket (TAT = 2 s) and must not get 5 more now.
+    // Halve the quota at 1 s (the carry-over instant is the policy clock's): "a" spent its whole
+    // bucket and must not get 5 more now.
+    p.clock().set(SEC);
     let report = p
         .reload(PolicyConfig::from_toml(&KEYED.replace("limit = 10", "limit = 5")).unwrap())
         .unwrap();
     assert_eq!(report.kept, ["per_ip"]);
     let d = p.check_at(&a, SEC, 1).unwrap();
     assert!(!d.is_allowed());
-    // Its debt in time is kept (full again at 2 s, and the new bucket is 1 s deep): the first unit
-    // comes back one new interval (200 ms) after the reload, not a nanosecond sooner.
+    // It kept its 0 units (as-is): the first unit comes back one new interval (200 ms) after the
+    // reload, not a nanosecond sooner.
     assert!(
         !p.check_at(&a, SEC + 200_000_000 - 1, 1)
             .unwrap()
@@ -420,13 +422,14 @@ fn reload_keeps_state_so_a_quota_change_hands_out_no_fresh_burst() {
 }
 
 #[test]
-fn raising_a_quota_carries_the_debt_in_time() {
+fn raising_a_quota_hands_a_spent_key_nothing_at_the_reload() {
     let p = policy(KEYED);
     let a = [("remote_address", "a")];
-    assert!(p.check_at(&a, SEC, 10).unwrap().is_allowed()); // full again at 2 s
+    assert!(p.check_at(&a, SEC, 10).unwrap().is_allowed());
+    p.clock().set(SEC);
     p.reload(PolicyConfig::from_toml(&KEYED.replace("limit = 10", "limit = 100")).unwrap())
         .unwrap();
-    // 100/s, burst 100: TAT 2 s reads as 100 units used at 1 s; at 1.5 s 50 have come back.
+    // 100/s, burst 100: "a" keeps its 0 units at 1 s; at 1.5 s 50 have come back.
     assert!(!p.check_at(&a, SEC, 1).unwrap().is_allowed());
     assert_eq!(
         p.check_at(&a, SEC + SEC / 2, 1)
@@ -522,9 +525,10 @@ fn a_striped_rule_rebuilt_for_a_new_quota_keeps_its_place_on_the_timeline() {
         assert!(p.check_at(&[], SEC, 1).unwrap().is_allowed());
     }
     assert!(!p.check_at(&[], SEC, 1).unwrap().is_allowed());
+    p.clock().set(SEC);
     p.reload(PolicyConfig::from_toml(&config.replace("limit = 10", "limit = 20")).unwrap())
         .unwrap();
-    // Shared TAT was at 2 s: at 20/s that is 20 units of debt at 1 s, so nothing now.
+    // The shared word had 0 units at 1 s, so it keeps 0 under 20/s.
     assert!(!p.check_at(&[], SEC, 1).unwrap().is_allowed());
     assert!(p.check_at(&[], 2 * SEC, 20).unwrap().is_allowed());
 }

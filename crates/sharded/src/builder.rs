@@ -6,6 +6,7 @@ use std::marker::PhantomData;
 use crossbeam_utils::CachePadded;
 use tollgate_core::{Algorithm, AtomicState, Clock, MonotonicClock, Quota};
 
+use crate::defaults::Defaults;
 use crate::error::KeyedError;
 use crate::ledger::OverflowLedger;
 use crate::limiter::{
@@ -78,7 +79,9 @@ impl<K: ?Sized, A: Algorithm, C: Clock> Builder<K, A, C> {
     /// Builds the limiter, allocating the whole table now.
     ///
     /// # Errors
-    /// [`KeyedError`] for an invalid quota, capacity, stripe count or window.
+    /// [`KeyedError`] for an invalid quota, capacity, stripe count or window;
+    /// [`KeyedError::CapacityTooLarge`] also when the allocator cannot provide the table (the
+    /// process does not abort).
     pub fn build(self) -> Result<KeyedLimiter<K, A, C>, KeyedError> {
         let algorithm = A::from_quota(self.quota)?;
         let capacity = self.capacity;
@@ -112,7 +115,7 @@ impl<K: ?Sized, A: Algorithm, C: Clock> Builder<K, A, C> {
         {
             return Err(too_large);
         }
-        let slots = AtomicPair::zeroed_slice(total);
+        let slots = AtomicPair::zeroed_slice(total).ok_or(too_large)?;
         let stripe_list: Box<[CachePadded<Stripe>]> = (0..stripes)
             .map(|_| {
                 CachePadded::new(Stripe {
@@ -130,7 +133,8 @@ impl<K: ?Sized, A: Algorithm, C: Clock> Builder<K, A, C> {
             stripe_shift: 64 - stripes.trailing_zeros(),
             slots_per_stripe,
             window,
-            algorithm,
+            defaults: Defaults::new(algorithm),
+            requota: Mutex::new(()),
             tiers: (0..MAX_OVERRIDE_QUOTAS).map(|_| OnceLock::new()).collect(),
             tiers_lock: Mutex::new(()),
             hasher: foldhash::quality::FixedState::with_seed(seed),

@@ -11,7 +11,8 @@ pub enum KeyedError {
     Quota(QuotaError),
     /// A capacity of zero keys.
     ZeroCapacity,
-    /// A capacity whose table would not fit in memory addressing (`capacity × 16 B` overflows).
+    /// A capacity whose table does not fit in memory: its size overflows the address space, or the
+    /// allocator could not provide it.
     CapacityTooLarge {
         /// The capacity asked for.
         capacity: usize,

@@ -3,6 +3,7 @@
 
 use tollgate_core::{Algorithm, CheckError, Clock, Decision, Nanos};
 
+use crate::defaults::default_tier;
 use crate::ledger::OverflowLedger;
 use crate::limiter::{KeyedLimiter, Place, SlotAt, Stripe};
 use crate::slot::SlotWord;
@@ -21,6 +22,9 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         ledger: &OverflowLedger,
     ) -> (Option<SlotAt>, Option<SlotAt>) {
         let mut candidate = None;
+        // Under the stripe lock the generation cannot change (a change holds every stripe lock).
+        let generation = self.defaults.generation();
+        let (tier, algorithm) = (default_tier(generation), self.defaults.get(generation));
         for index in self.window_indices(place) {
             let word = self.load(index);
             if word.is_empty() {
@@ -30,8 +34,8 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
                 return (Some((index, word)), None);
             }
             if candidate.is_none()
-                && word.tier() == 0
-                && self.algorithm.is_fresh(word.state, now)
+                && word.tier() == tier
+                && algorithm.is_fresh(word.state, now)
                 && !ledger.is_pinned(word.hash_part())
             {
                 candidate = Some((index, word));
@@ -51,6 +55,9 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     ) -> Result<Decision, CheckError> {
         let stripe = &self.stripes[place.stripe];
         let mut ledger = lock(&stripe.insert);
+        // Stable while we hold the stripe lock (see `scan_locked`).
+        let generation = self.defaults.generation();
+        let (tier, algorithm) = (default_tier(generation), self.defaults.get(generation));
         loop {
             match self.scan_locked(place, now, &ledger) {
                 (Some((index, found)), _) => {
@@ -62,14 +69,14 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
                 }
                 (None, Some((index, old))) => {
                     let state = self.new_key_state(stripe, &mut ledger, place.hash_part, now);
-                    let transition = self.algorithm.decide(state, now, cost)?;
+                    let transition = algorithm.decide(state, now, cost)?;
                     let Some(next) = transition.next else {
                         // A decision that writes nothing (cost 0) does not insert the key.
                         return Ok(transition.decision);
                     };
                     // Evicting a fresh key: this exchange fails if an admission on it landed after
                     // our load (its state is then no longer `old.state`), and we rescan.
-                    if self.replace(index, old, SlotWord::new(place.hash_part, 0, next)) {
+                    if self.replace(index, old, SlotWord::new(place.hash_part, tier, next)) {
                         if old.is_empty() {
                             self.count_insert(place.stripe);
                         }
@@ -80,7 +87,7 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
                 (None, None) => {
                     // Relaxed: a monitoring counter; publishes nothing.
                     stripe.overflowed.fetch_add(1, Ordering::Relaxed);
-                    let decision = stripe.overflow.apply(&self.algorithm, now, cost)?;
+                    let decision = stripe.overflow.apply(algorithm, now, cost)?;
                     if decision.is_allowed() {
                         ledger.record(place.hash_part);
                     }
@@ -107,7 +114,7 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         now: Nanos,
     ) -> u64 {
         let overflow = stripe.overflow.load();
-        if self.algorithm.is_fresh(overflow, now) {
+        if self.algorithm().is_fresh(overflow, now) {
             ledger.clear();
             0
         } else if ledger.owes(hash_part) {

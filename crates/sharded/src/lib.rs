@@ -53,6 +53,7 @@
 
 mod batch;
 mod builder;
+mod defaults;
 mod error;
 mod insert;
 mod ledger;

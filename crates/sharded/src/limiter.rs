@@ -13,6 +13,7 @@ use tollgate_core::{
 };
 
 use crate::builder::Builder;
+use crate::defaults::Defaults;
 use crate::error::KeyedError;
 use crate::ledger::OverflowLedger;
 use crate::slot::{SlotWord, TIER_MASK};
@@ -27,8 +28,9 @@ pub const MAX_WINDOW: usize = 64;
 /// The default probe window: 32 slots of 16 B, 512 B (8 cache lines). Lookups of present keys stop at
 /// the key, misses at the first empty slot, so at 70 % load a lookup touches one or two lines.
 pub const DEFAULT_WINDOW: usize = 32;
-/// How many distinct override quotas (tiers) one limiter can hold.
-pub const MAX_OVERRIDE_QUOTAS: usize = TIER_MASK as usize;
+/// How many distinct override quotas (tiers) one limiter can hold: tiers 1..=14 (tiers 0 and 15
+/// mark the default quota's generations, see [`KeyedLimiter::set_default`]).
+pub const MAX_OVERRIDE_QUOTAS: usize = TIER_MASK as usize - 1;
 
 /// One stripe's shared, rarely written data; each sits on its own cache line(s).
 pub(crate) struct Stripe {
@@ -81,8 +83,11 @@ pub struct KeyedLimiter<K: ?Sized, A, C = MonotonicClock> {
     pub(crate) stripe_shift: u32,
     pub(crate) slots_per_stripe: usize,
     pub(crate) window: usize,
-    pub(crate) algorithm: A,
-    /// Override quotas; tier `t` (1..=15) uses `tiers[t - 1]`, set once and never changed.
+    /// The default quota's generations (tiers 0 and 15).
+    pub(crate) defaults: Defaults<A>,
+    /// Serialises changes of the default quota.
+    pub(crate) requota: Mutex<()>,
+    /// Override quotas; tier `t` (1..=14) uses `tiers[t - 1]`, set once and never changed.
     pub(crate) tiers: Box<[OnceLock<A>]>,
     pub(crate) tiers_lock: Mutex<()>,
     pub(crate) hasher: foldhash::quality::FixedState,
@@ -143,14 +148,14 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         Self::builder_with_clock(quota, capacity, clock).build()
     }
 
-    /// The default quota's algorithm.
+    /// The default quota's algorithm (the current one, after [`set_default`](Self::set_default)).
     pub fn algorithm(&self) -> &A {
-        &self.algorithm
+        self.defaults.current()
     }
 
     /// The default quota.
     pub fn quota(&self) -> &Quota {
-        self.algorithm.quota()
+        self.algorithm().quota()
     }
 
     /// The clock.
@@ -309,20 +314,22 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     {
         let place = self.place(self.hasher.hash_one(key));
         match self.scan(place, None, Some(now)) {
-            Scan::Found(_, found) => self
-                .algorithm_for(found.tier())
-                .decide(found.state, now, cost)
-                .map(|t| t.decision),
+            Scan::Found(_, found) => {
+                let (algorithm, found) = self.resolve(found);
+                algorithm.decide(found.state, now, cost).map(|t| t.decision)
+            }
             Scan::Missing { room: true } => {
                 let stripe = &self.stripes[place.stripe];
                 let state =
                     self.new_key_state(stripe, &mut lock(&stripe.insert), place.hash_part, now);
-                self.algorithm.decide(state, now, cost).map(|t| t.decision)
+                self.algorithm()
+                    .decide(state, now, cost)
+                    .map(|t| t.decision)
             }
             Scan::Missing { room: false } => {
                 self.stripes[place.stripe]
                     .overflow
-                    .peek(&self.algorithm, now, cost)
+                    .peek(self.algorithm(), now, cost)
             }
         }
     }
@@ -331,7 +338,7 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
 impl<K: ?Sized, A: Algorithm + fmt::Debug, C> fmt::Debug for KeyedLimiter<K, A, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyedLimiter")
-            .field("algorithm", &self.algorithm)
+            .field("algorithm", self.defaults.current())
             .field("capacity", &self.capacity)
             .field("slots", &self.slots.len())
             .field("stripes", &self.stripes.len())

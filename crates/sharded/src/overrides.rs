@@ -4,16 +4,19 @@
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
 
-use tollgate_core::{Algorithm, Clock, Quota};
+use tollgate_core::{Algorithm, Clock, Nanos, Quota};
 
+use crate::defaults::{default_tier, is_default_tier};
 use crate::error::KeyedError;
 use crate::limiter::{KeyedLimiter, Scan};
 use crate::slot::SlotWord;
 use crate::sync::lock;
 
 impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
-    /// Gives `key` its own `quota` instead of the default (e.g. a premium API key), keeping its
-    /// current state word. The key's slot is pinned: never evicted while it has an override.
+    /// Gives `key` its own `quota` instead of the default (e.g. a premium API key). The key's state
+    /// carries over as-is in units ([`Algorithm::carry_over`]): it keeps `min(what it had, the new
+    /// quota's capacity)` available now, so a new override never hands a key more than it had. The
+    /// key's slot is pinned: never evicted while it has an override.
     ///
     /// Overrides live in the table itself: a 4-bit tier in the slot's tag indexes one of at most
     /// [`MAX_OVERRIDE_QUOTAS`] override quotas. Keys sharing a quota share its tier.
@@ -28,6 +31,7 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         Q: Hash + ?Sized,
     {
         let tier = self.tier_for(quota)?;
+        let to = self.override_algorithm(tier);
         let place = self.place(self.hasher.hash_one(key));
         let stripe = &self.stripes[place.stripe];
         let mut ledger = lock(&stripe.insert);
@@ -35,9 +39,14 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         loop {
             let (found, candidate) = self.scan_locked(place, now, &ledger);
             let (index, old, new) = match (found, candidate) {
-                (Some((index, old)), _) => (index, old, old.with_tier(tier)),
+                (Some((index, old)), _) => {
+                    let (from, seen) = self.resolve(old);
+                    let state = carry(from, seen.state, now, to);
+                    (index, old, SlotWord::new(place.hash_part, tier, state))
+                }
                 (None, Some((index, old))) => {
                     let state = self.new_key_state(stripe, &mut ledger, place.hash_part, now);
+                    let state = carry(self.algorithm(), state, now, to);
                     (index, old, SlotWord::new(place.hash_part, tier, state))
                 }
                 (None, None) => return Err(KeyedError::WindowFull),
@@ -52,8 +61,9 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         }
     }
 
-    /// Returns `key` to the default quota (its state word is kept) and unpins its slot. Returns whether
-    /// the key had an override.
+    /// Returns `key` to the default quota (its state carried over as-is in units, as in
+    /// [`set_override`](Self::set_override)) and unpins its slot. Returns whether the key had an
+    /// override.
     pub fn remove_override<Q>(&self, key: &Q) -> bool
     where
         K: Borrow<Q>,
@@ -61,15 +71,21 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     {
         let place = self.place(self.hasher.hash_one(key));
         let ledger = lock(&self.stripes[place.stripe].insert);
+        let now = self.clock.now();
+        // Stable under the stripe lock (a default change holds every stripe lock).
+        let generation = self.defaults.generation();
+        let to = self.defaults.get(generation);
         loop {
             let (found, _) = self.scan_locked(place, 0, &ledger);
             let Some((index, old)) = found else {
                 return false;
             };
-            if old.tier() == 0 {
+            if is_default_tier(old.tier()) {
                 return false;
             }
-            if self.replace(index, old, old.with_tier(0)) {
+            let state = carry(self.override_algorithm(old.tier()), old.state, now, to);
+            let new = SlotWord::new(place.hash_part, default_tier(generation), state);
+            if self.replace(index, old, new) {
                 return true;
             }
         }
@@ -96,12 +112,13 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         let stripe = &self.stripes[place.stripe];
         let mut ledger = lock(&stripe.insert);
         let now = self.clock.now();
+        let tier = default_tier(self.defaults.generation());
         loop {
             match self.scan_locked(place, now, &ledger) {
                 (Some(_), _) => break,
                 (None, Some((index, old))) => {
                     let state = self.new_key_state(stripe, &mut ledger, place.hash_part, now);
-                    if self.replace(index, old, SlotWord::new(place.hash_part, 0, state)) {
+                    if self.replace(index, old, SlotWord::new(place.hash_part, tier, state)) {
                         if old.is_empty() {
                             self.count_insert(place.stripe);
                         }
@@ -163,8 +180,8 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     {
         let place = self.place(self.hasher.hash_one(key));
         match self.scan(place, None, None) {
-            Scan::Found(_, found) => self.algorithm_for(found.tier()).quota(),
-            Scan::Missing { .. } => self.algorithm.quota(),
+            Scan::Found(_, found) => self.resolve(found).0.quota(),
+            Scan::Missing { .. } => self.algorithm().quota(),
         }
     }
 
@@ -185,5 +202,15 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
             }
         }
         Err(KeyedError::TooManyOverrideQuotas)
+    }
+}
+
+/// `state` under `from` carried over to `to` at `now`; unchanged when both hold the same quota (a
+/// carry-over would only drop the fraction of a unit).
+fn carry<A: Algorithm>(from: &A, state: u64, now: Nanos, to: &A) -> u64 {
+    if from.quota() == to.quota() {
+        state
+    } else {
+        from.carry_over(state, now, to)
     }
 }

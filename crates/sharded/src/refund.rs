@@ -9,6 +9,7 @@ use tollgate_core::{Algorithm, Clock, Nanos};
 
 use crate::limiter::{KeyedLimiter, Scan};
 use crate::slot::SlotWord;
+use crate::sync::lock;
 
 impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     /// Gives back an admission of `cost` units that [`check_key_at`](Self::check_key_at) granted `key`
@@ -49,9 +50,11 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
                 }
                 Scan::Missing { room: true } => return false,
                 Scan::Missing { room: false } => {
-                    return self.stripes[place.stripe]
-                        .overflow
-                        .refund(&self.algorithm, now, cost);
+                    // Under the stripe lock, like every other write of the overflow state, so a
+                    // change of the default quota never races it (see `set_default`).
+                    let stripe = &self.stripes[place.stripe];
+                    let _ledger = lock(&stripe.insert);
+                    return stripe.overflow.refund(self.algorithm(), now, cost);
                 }
             }
         }
@@ -67,10 +70,10 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
                 if word.hash_part() != hash_part {
                     return Err(());
                 }
-                let next = self
-                    .algorithm_for(word.tier())
-                    .refund(word.state, now, cost)
-                    .map(|state| word.with_state(state));
+                let (algorithm, seen) = self.resolve(word);
+                let next = algorithm
+                    .refund(seen.state, now, cost)
+                    .map(|state| seen.with_state(state));
                 Ok((next.is_some_and(|next| next != word), next))
             },
             |old, new| self.exchange(index, old, new).map(drop),

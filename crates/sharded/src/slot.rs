@@ -6,8 +6,8 @@
 //!     \__________ tag (64 bits) ______/
 //! ```
 //! * `tag == 0`: the slot is empty (never held a key). A stored tag's hash part is never 0.
-//! * `tier`: 0 = the limiter's default quota; `1..=15` = override quota `tier - 1` (a pinned slot,
-//!   never evicted).
+//! * `tier`: 0 and 15 = the limiter's default quota (its even and odd generations, see
+//!   `defaults.rs`); `1..=14` = override quota `tier - 1` (a pinned slot, never evicted).
 //! * `state`: the [`Algorithm`](tollgate_core::Algorithm) word (0 = fresh).
 
 /// Bits of the tag that hold the override tier.

@@ -41,11 +41,6 @@ pub(crate) struct AtomicPair(portable_atomic::AtomicU128);
 
 #[cfg(not(tollgate_loom))]
 impl AtomicPair {
-    /// A cell holding `value`.
-    pub(crate) const fn new(value: u128) -> Self {
-        AtomicPair(portable_atomic::AtomicU128::new(value))
-    }
-
     /// Atomically reads all 16 bytes.
     #[inline]
     pub(crate) fn load(&self, order: Ordering) -> u128 {
@@ -54,25 +49,24 @@ impl AtomicPair {
 
     /// `len` cells holding 0, from zeroed memory: for a large table that is fresh, untouched pages
     /// from the OS, and on Linux the range is advised for transparent huge pages before first touch
-    /// (one TLB entry per 2 MiB instead of per 4 KiB on the random-access decision path).
-    pub(crate) fn zeroed_slice(len: usize) -> Box<[AtomicPair]> {
+    /// (one TLB entry per 2 MiB instead of per 4 KiB on the random-access decision path). `None`
+    /// when the allocator cannot provide it (or `len × 16` overflows the address space): the caller
+    /// reports a typed error instead of the process aborting.
+    pub(crate) fn zeroed_slice(len: usize) -> Option<Box<[AtomicPair]>> {
         if len == 0 {
-            return Box::new([]);
+            return Some(Box::new([]));
         }
-        let Ok(layout) = std::alloc::Layout::array::<AtomicPair>(len) else {
-            // Callers bound `len × 16` by `isize::MAX` first; this is unreachable.
-            return (0..len).map(|_| AtomicPair::new(0)).collect();
-        };
+        let layout = std::alloc::Layout::array::<AtomicPair>(len).ok()?;
         // SAFETY: `layout` has a non-zero size (len > 0, size_of::<AtomicPair>() == 16).
         let ptr = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<AtomicPair>();
         if ptr.is_null() {
-            std::alloc::handle_alloc_error(layout);
+            return None;
         }
         advise_huge_pages(ptr.cast::<u8>(), layout.size());
         // SAFETY: `ptr` was just allocated by the global allocator with `Layout::array::<AtomicPair>(len)`,
         // which is exactly the layout `Box<[AtomicPair]>` of length `len` frees with; its bytes are all
         // zero, and an all-zero `AtomicU128` is a valid cell holding 0 (the empty slot).
-        unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, len)) }
+        Some(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, len)) })
     }
 
     /// Replaces the cell with `new` iff it holds `current`; on failure returns what it held.
@@ -109,9 +103,9 @@ impl AtomicPair {
         }
     }
 
-    /// `len` cells holding 0.
-    pub(crate) fn zeroed_slice(len: usize) -> Box<[AtomicPair]> {
-        (0..len).map(|_| AtomicPair::new(0)).collect()
+    /// `len` cells holding 0 (models use small tables: never `None`).
+    pub(crate) fn zeroed_slice(len: usize) -> Option<Box<[AtomicPair]>> {
+        Some((0..len).map(|_| AtomicPair::new(0)).collect())
     }
 
     fn values(&self) -> std::sync::MutexGuard<'_, (Vec<u128>, usize)> {

@@ -64,32 +64,42 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         old: SlotWord,
         new: SlotWord,
     ) -> Result<SlotWord, SlotWord> {
-        // Success Relaxed: an admission only changes the state half and publishes nothing; being a
-        // read-modify-write it continues the release sequence of the `replace` that wrote the tier,
-        // so a reader of our word still synchronises with that `replace`. (Nor is an Acquire needed:
-        // `old`, carrying the tier we decided with, was read with Acquire.) Failure Acquire: the word
-        // we get back may carry a tier we then read (see `load`). On x86_64 every 128-bit access is
-        // a locked instruction or an aligned vector load whatever the ordering.
+        // Success Relaxed when the tag stays: an admission only changes the state half and
+        // publishes nothing; being a read-modify-write it continues the release sequence of the
+        // exchange that wrote the tier, so a reader of our word still synchronises with that one.
+        // (Nor is an Acquire needed: `old`, carrying the tier we decided with, was read with
+        // Acquire.) Success Release when the tag changes (a word carried over to a new default
+        // generation, see `defaults.rs`): a reader of the new tier must also see the generation
+        // we carried it to. Failure Acquire: the word we get back may carry a tier we then read
+        // (see `load`). On x86_64 every 128-bit access is a locked instruction or an aligned
+        // vector load whatever the ordering.
+        let success = if old.tag == new.tag {
+            Ordering::Relaxed
+        } else {
+            Ordering::Release
+        };
         self.slots[index]
-            .compare_exchange(old.pack(), new.pack(), Ordering::Relaxed, Ordering::Acquire)
+            .compare_exchange(old.pack(), new.pack(), success, Ordering::Acquire)
             .map(SlotWord::unpack)
             .map_err(SlotWord::unpack)
     }
 
+    /// An override tier's algorithm (`tier` in 1..=14; see `resolve` for every tier).
     #[inline]
-    pub(crate) fn algorithm_for(&self, tier: u8) -> &A {
-        match tier {
-            0 => &self.algorithm,
-            // A set tier is always initialised (see `load`); the default is only a non-panicking
-            // fallback that cannot be reached. The loom build panics there instead, so the models
-            // check that claim (and the orderings it rests on).
-            t => match self.tiers[usize::from(t) - 1].get() {
-                Some(algorithm) => algorithm,
-                None if cfg!(tollgate_loom) => {
-                    panic!("tier {t} read before its quota was published")
-                }
-                None => &self.algorithm,
-            },
+    pub(crate) fn override_algorithm(&self, tier: u8) -> &A {
+        // A set tier is always initialised (see `load`); the default is only a non-panicking
+        // fallback that cannot be reached. The loom build panics there instead, so the models
+        // check that claim (and the orderings it rests on).
+        match self
+            .tiers
+            .get(usize::from(tier).wrapping_sub(1))
+            .and_then(|t| t.get())
+        {
+            Some(algorithm) => algorithm,
+            None if cfg!(tollgate_loom) => {
+                panic!("tier {tier} read before its quota was published")
+            }
+            None => self.algorithm(),
         }
     }
 
@@ -130,6 +140,14 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         room_at: Option<Nanos>,
     ) -> Scan {
         let mut room = false;
+        // Only read for `room`: the current generation's tier holds the evictable keys.
+        let default = room_at.map(|_| {
+            let generation = self.defaults.generation();
+            (
+                crate::defaults::default_tier(generation),
+                self.defaults.get(generation),
+            )
+        });
         for index in self.window_indices(place) {
             let word = home.take().unwrap_or_else(|| self.load(index));
             if word.is_empty() {
@@ -138,8 +156,8 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
             if word.hash_part() == place.hash_part {
                 return Scan::Found(index, word);
             }
-            if let Some(now) = room_at {
-                room = room || (word.tier() == 0 && self.algorithm.is_fresh(word.state, now));
+            if let (Some(now), Some((tier, algorithm))) = (room_at, default) {
+                room = room || (word.tier() == tier && algorithm.is_fresh(word.state, now));
             }
         }
         Scan::Missing { room }
@@ -164,11 +182,13 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
                 if word.hash_part() != hash_part {
                     return Err(None);
                 }
-                let transition = self
-                    .algorithm_for(word.tier())
-                    .decide(word.state, now, cost)
+                // A word of the previous default generation is decided as its carried-over state,
+                // and written (if at all) in the current generation's tier.
+                let (algorithm, seen) = self.resolve(word);
+                let transition = algorithm
+                    .decide(seen.state, now, cost)
                     .map_err(|error| Some(Err(error)))?;
-                let next = transition.next.map(|state| word.with_state(state));
+                let next = transition.next.map(|state| seen.with_state(state));
                 Ok((transition.decision, next))
             },
             // Same key (another admission, or a tier change): the loop re-decides against it.

@@ -556,3 +556,12 @@ fn check_override_quotas_counts_the_new_quotas_against_the_free_tiers() -> Resul
     );
     Ok(())
 }
+
+#[test]
+fn a_table_the_allocator_cannot_provide_is_an_error_not_an_abort() {
+    // 2^45 keys: ~800 TB of slots, within isize::MAX but beyond any address space, so the
+    // allocation itself fails (under any overcommit setting) and must come back as an error.
+    let capacity = 1usize << 45;
+    let built = KeyedLimiter::<u64, Gcra>::new(Quota::per_second(1).unwrap(), capacity);
+    assert_eq!(built.err(), Some(KeyedError::CapacityTooLarge { capacity }));
+}

@@ -282,15 +282,38 @@ impl<C: Clock> StripedLimiter<C> {
         }
     }
 
-    /// Moves the shared GCRA word up to `tat` if it is below (never down): a rebuilt limiter that was
-    /// given its predecessor's word with [`with_shared_tat`](Self::with_shared_tat) catches up with
-    /// the admissions the predecessor made since. Only stricter, so safe on a live limiter too.
+    /// Moves the shared GCRA word up to `tat` if it is below (never down): how a limiter replacing
+    /// another (see [`retire`](Self::retire)) takes over the predecessor's place on the timeline
+    /// before anyone decides on it. Only stricter, so safe on a live limiter too.
     pub fn raise_shared_tat(&self, tat: Nanos) {
         let raised: Result<((), u64), std::convert::Infallible> =
             self.shared.update(self.shared.load(), |current| {
                 Ok(((), (tat > current).then_some(tat)))
             });
         let _ = raised;
+    }
+
+    /// Stops this limiter granting anything more from its shared word, for good, and returns the word
+    /// as it was: for a limiter being replaced (a reload with a new quota) while threads may still be
+    /// deciding on it. Those threads use up the leases their stripes already hold (units the
+    /// returned word accounts for) and are denied beyond them, so the successor, started from the
+    /// returned word (carried over as the caller sees fit), never shares a unit with it.
+    ///
+    /// The word is moved two bucket depths past `max(word, at)`: a grant then needs a caller's `now`
+    /// more than one depth past `at`, far beyond any decision already under way at `at`, and a
+    /// denial's `retry_after` stays within two depths.
+    pub fn retire(&self, at: Nanos) -> Nanos {
+        let closed = |tat: Nanos| {
+            tat.max(at)
+                .saturating_add(self.gcra.depth().saturating_mul(2))
+        };
+        let retired: Result<(Nanos, u64), std::convert::Infallible> = self
+            .shared
+            .update(self.shared.load(), |tat| Ok((tat, Some(closed(tat)))));
+        match retired {
+            Ok((tat, _)) => tat,
+            Err(never) => match never {},
+        }
     }
 
     /// The number of stripes (a power of two).

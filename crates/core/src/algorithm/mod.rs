@@ -98,6 +98,63 @@ pub trait Algorithm: Clone + Send + Sync + 'static {
         None
     }
 
+    /// The state under `to` (the same algorithm with other parameters: a reloaded quota, another
+    /// override tier) that `state` carries over into at the instant `at`: **as-is in units, capped by
+    /// the new capacity**. The key keeps exactly `min(available, to.capacity())` units available at
+    /// `at`, where `available` is what a request could take from `state` under `self` at `at`
+    /// (bucket4j's `TokensInheritanceStrategy::AS_IS`), and from then on it refills, or its window
+    /// runs, under `to` alone.
+    ///
+    /// So a change of parameters never hands a key more at `at` than it had, nor more than `to`
+    /// allows; a key that had spent everything stays empty. Fractional progress towards the next
+    /// unit is dropped (stricter). The one exception: a state that is [fresh](Self::is_fresh) at `at`
+    /// (indistinguishable from a key never seen, which a keyed table may drop at any time) stays
+    /// fresh, with `to`'s whole capacity, exactly as a new key gets.
+    ///
+    /// The default works for every algorithm whose [`decide`](Self::decide) of cost 0 reports in
+    /// `remaining` exactly the largest cost it would admit (all of this crate's): it asks for that,
+    /// then builds the new state as a fresh one that admitted `to.capacity() − kept` units at `at`.
+    /// A caller may skip it when both hold the same quota (it would only drop a fraction).
+    /// It is pure and reads no clock.
+    ///
+    /// ```
+    /// use tollgate_core::{algorithm::Algorithm, Gcra, Quota};
+    /// let fast = Gcra::from_quota(Quota::per_second(10)?)?; // burst 10
+    /// let slow = Gcra::from_quota(Quota::per_minute(10)?)?; // burst 10, one unit per 6 s
+    /// let now = 1_000_000_000_000;
+    /// let spent = fast.decide(0, now, 10)?.next.unwrap(); // the whole burst, just now
+    /// let carried = fast.carry_over(spent, now, &slow);
+    /// // In-time, `spent` read under `slow` would have 9 units back at once; as-is it has none.
+    /// assert!(slow.decide(spent, now, 9)?.decision.is_allowed());
+    /// assert!(!slow.decide(carried, now, 1)?.decision.is_allowed());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    fn carry_over(&self, state: u64, at: Nanos, to: &Self) -> u64 {
+        if self.is_fresh(state, at) {
+            return 0;
+        }
+        let available = self
+            .decide(state, at, 0)
+            .map_or(0, |t| t.decision.remaining());
+        let capacity = to.capacity();
+        let spent = capacity - available.min(capacity);
+        if spent == 0 {
+            return 0;
+        }
+        match to.decide(0, at, spent) {
+            Ok(Transition {
+                next: Some(next), ..
+            }) => next,
+            // Unreachable for a valid `to` (a fresh state admits its whole capacity at once); the
+            // strictest word we can build is still a state of `to`: the same instant, all spent.
+            _ => to
+                .decide(0, at, capacity)
+                .ok()
+                .and_then(|t| t.next)
+                .unwrap_or(state),
+        }
+    }
+
     /// The error for a cost above capacity, if `cost` is one.
     #[inline]
     fn check_cost(&self, cost: u64) -> Result<(), CheckError> {
