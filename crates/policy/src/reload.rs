@@ -204,7 +204,10 @@ impl<C: Clock + Clone + 'static> Policy<C> {
     /// [`PreparedReload`] changes nothing. For a caller that reloads several policies all or
     /// nothing: prepare each, and commit them only when every one prepared.
     ///
-    /// Waits for a reload being prepared elsewhere to be committed or dropped.
+    /// Waits for a reload being prepared elsewhere to be committed or dropped (so a thread holding a
+    /// [`PreparedReload`] of this policy must not prepare or reload it again: it would wait for
+    /// itself). The guard it holds is a `std` mutex guard, so a `PreparedReload` stays on the
+    /// thread that prepared it (it is not `Send`): prepare and commit without an `.await` between.
     ///
     /// # Errors
     /// As [`with_clock`](Self::with_clock), plus [`ConfigErrorKind::Keyed`] when a new override cannot
