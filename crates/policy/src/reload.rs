@@ -268,7 +268,16 @@ impl RuleSet {
                 capacity: rc.capacity,
                 stripes: rc.stripes,
             };
-            let err = |kind| ConfigError::new(Some(&rc.name), "rule", kind);
+            let err = |kind: ConfigErrorKind| {
+                let field = match kind {
+                    // A table the allocator cannot provide (or of no keys) is the capacity's fault.
+                    ConfigErrorKind::Keyed(
+                        KeyedError::CapacityTooLarge { .. } | KeyedError::ZeroCapacity,
+                    ) => "capacity",
+                    _ => "rule",
+                };
+                ConfigError::new(Some(&rc.name), field, kind)
+            };
             let kept = old.and_then(|old| {
                 old.rules
                     .iter()
