@@ -175,3 +175,58 @@ fn set_override_racing_an_eviction_of_its_key_pins_it_or_reports_the_full_window
         assert_eq!(limiter.len(), 4);
     });
 }
+
+// ---- Changing the default quota: the carry-over's tiers and orderings -------------------------------
+//
+// `set_default` publishes a new generation under the stripe lock and carries every word over; a word
+// still in the old generation's tier is decided as its carried-over state. Any decision that read the
+// generation before the word, or a word without the edge that publishes its generation, would decide
+// a carried word under the old quota (or an old word under the new one) and could over-admit.
+
+/// A key of `old` that spent all but one unit at a frozen instant; two threads take a unit each while
+/// the main thread changes the quota to `new`. The key had 1 left: at most 1 more is admitted.
+fn racing_a_quota_change(old: Quota, new: Quota) {
+    loom::model(move || {
+        let limiter = table(old);
+        assert!(
+            limiter
+                .check_key_at(&7, 0, old.burst() - 1)
+                .unwrap()
+                .is_allowed()
+        );
+        let deciders: Vec<_> = (0..2)
+            .map(|_| {
+                let limiter = limiter.clone();
+                thread::spawn(move || limiter.check_key_at(&7, 0, 1).unwrap().is_allowed())
+            })
+            .collect();
+        limiter.set_quota(new).unwrap();
+        let admitted = deciders
+            .into_iter()
+            .filter_map(|h| h.join().unwrap().then_some(()))
+            .count();
+        assert!(admitted <= 1, "{admitted} admitted; the key had 1 left");
+        assert!(!limiter.check_key_at(&7, 0, 1).unwrap().is_allowed() || admitted == 0);
+    });
+}
+
+/// Tighter and deeper (1/s burst 3 to 1/min burst 10): the old word read in place under the new
+/// quota would hand the key 9 more at once; carried over as-is it keeps its 1.
+#[test]
+fn a_lookup_racing_a_tightening_quota_change_never_admits_more_than_the_key_had() {
+    racing_a_quota_change(
+        Quota::per_second(1).unwrap().with_burst(3).unwrap(),
+        Quota::per_minute(1).unwrap().with_burst(10).unwrap(),
+    );
+}
+
+/// Looser and shallower (1/min burst 10 to 1/s burst 3): a carried word read under the old quota
+/// (a decision that saw the new word but not the new generation) would hand the key 9 more, so this
+/// needs the Release of a tier-changing exchange and the reader's word-then-generation order.
+#[test]
+fn a_lookup_racing_a_loosening_quota_change_never_admits_more_than_the_key_had() {
+    racing_a_quota_change(
+        Quota::per_minute(1).unwrap().with_burst(10).unwrap(),
+        Quota::per_second(1).unwrap().with_burst(3).unwrap(),
+    );
+}

@@ -1,6 +1,8 @@
 //! One interface over the three storages a rule may use, so the decision loop is not generic over
 //! every (algorithm, storage) pair.
 
+use std::sync::{Arc, OnceLock};
+
 use tollgate_core::{
     Algorithm, CheckError, Clock, Decision, FixedWindow, Gcra, LeakyBucket, Limiter, Nanos, Quota,
     SlidingWindow,
@@ -10,12 +12,16 @@ use tollgate_striped::{LeaseReceipt, StripedConfig, StripedLimiter};
 
 use crate::config::{AlgorithmKind, ConfigErrorKind, Storage};
 
-/// What a refund needs besides the key: where a striped admission's units came from.
+/// What a refund needs besides the key: where a striped admission's units came from (the lease,
+/// and how many successors along a chain of reloads decided it: 0 for the limiter itself).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) enum Receipt {
     #[default]
     Plain,
-    Striped(LeaseReceipt),
+    Striped {
+        receipt: LeaseReceipt,
+        hops: u8,
+    },
 }
 
 /// A rule's limiter, keyed or global. `key` is ignored by global limiters.
@@ -47,14 +53,14 @@ pub(crate) trait RuleLimiter: Send + Sync {
     fn check_override_quotas(&self, _quotas: &[Quota]) -> Result<(), KeyedError> {
         Ok(())
     }
-    /// A striped limiter being replaced: stops granting from its shared word (decisions still
-    /// running on it deny) and returns that word and its quota.
-    fn retire(&self, _at: Nanos) -> Option<(Nanos, Quota)> {
-        None
-    }
-    /// A rebuilt (striped) limiter, not yet published, takes over `old`'s state at `at`: `old` is
-    /// retired and its shared word carried over as-is in units.
-    fn take_over(&self, _old: &dyn RuleLimiter, _at: Nanos) {}
+    /// Hands this (striped) limiter over to `successor`, a rebuilt one not yet published, at `at`:
+    /// this one stops granting from its shared word, the successor starts from that word carried
+    /// over as-is in units, and decisions still running on this one that its own leases cannot
+    /// admit are decided by the successor (so a reload neither over-admits nor denies them).
+    fn hand_over(&self, _successor: Arc<dyn RuleLimiter>, _at: Nanos) {}
+    /// The successor's half of `hand_over`: starts from the predecessor's shared word `tat`, written
+    /// under `quota`, carried over at `at`.
+    fn take_over(&self, _tat: Nanos, _quota: Quota, _at: Nanos) {}
 }
 
 /// A keyed rule, or a global rule on `atomic` storage: a table of one key (the empty one), so that
@@ -102,34 +108,71 @@ impl<A: Algorithm, C: Clock> RuleLimiter for Keyed<A, C> {
 
 struct Striped<C> {
     limiter: StripedLimiter<C>,
+    /// Set once a reload replaced this limiter (`hand_over`): decisions still running on it go on
+    /// there when its own leases cannot admit them.
+    successor: OnceLock<Arc<dyn RuleLimiter>>,
 }
 
 impl<C: Clock> RuleLimiter for Striped<C> {
     #[inline]
-    fn check(&self, _: &[u8], now: Nanos, cost: u64) -> Result<(Decision, Receipt), CheckError> {
-        self.limiter
-            .check_at_with_receipt(now, cost)
-            .map(|(d, r)| (d, Receipt::Striped(r)))
+    fn check(&self, key: &[u8], now: Nanos, cost: u64) -> Result<(Decision, Receipt), CheckError> {
+        let own = self.limiter.check_at_with_receipt(now, cost);
+        if let Ok((decision, receipt)) = own {
+            if decision.is_allowed() {
+                return Ok((decision, Receipt::Striped { receipt, hops: 0 }));
+            }
+        }
+        match self.successor.get() {
+            // Retired: what our leases could not admit is decided where the quota lives now.
+            Some(next) => next.check(key, now, cost).map(|(decision, receipt)| {
+                let receipt = match receipt {
+                    Receipt::Striped { receipt, hops } => Receipt::Striped {
+                        receipt,
+                        hops: hops.saturating_add(1),
+                    },
+                    Receipt::Plain => Receipt::Plain,
+                };
+                (decision, receipt)
+            }),
+            None => {
+                own.map(|(decision, receipt)| (decision, Receipt::Striped { receipt, hops: 0 }))
+            }
+        }
     }
-    fn peek(&self, _: &[u8], now: Nanos, cost: u64) -> Result<Decision, CheckError> {
-        self.limiter.peek_at(now, cost)
+    fn peek(&self, key: &[u8], now: Nanos, cost: u64) -> Result<Decision, CheckError> {
+        match self.successor.get() {
+            Some(next) => next.peek(key, now, cost),
+            None => self.limiter.peek_at(now, cost),
+        }
     }
-    fn refund(&self, _: &[u8], _: Nanos, cost: u64, receipt: Receipt) {
-        if let Receipt::Striped(receipt) = receipt {
-            self.limiter.refund(receipt, cost);
+    fn refund(&self, key: &[u8], now: Nanos, cost: u64, receipt: Receipt) {
+        match receipt {
+            Receipt::Striped { receipt, hops: 0 } => {
+                self.limiter.refund(receipt, cost);
+            }
+            Receipt::Striped { receipt, hops } => {
+                if let Some(next) = self.successor.get() {
+                    let hops = hops - 1;
+                    next.refund(key, now, cost, Receipt::Striped { receipt, hops });
+                }
+            }
+            Receipt::Plain => {}
         }
     }
     fn set_quota(&self, _: Quota) -> bool {
         false
     }
-    fn retire(&self, at: Nanos) -> Option<(Nanos, Quota)> {
-        Some((self.limiter.retire(at), *self.limiter.quota()))
+    fn hand_over(&self, successor: Arc<dyn RuleLimiter>, at: Nanos) {
+        // In this order: the successor is reachable only once it holds the carried word (a denial
+        // here forwarded to a fresh successor would over-admit). Between `retire` and `set`, a
+        // decision here that its leases cannot admit is denied: a window of a few instructions.
+        let tat = self.limiter.retire(at);
+        successor.take_over(tat, *self.limiter.quota(), at);
+        let _ = self.successor.set(successor);
     }
-    fn take_over(&self, old: &dyn RuleLimiter, at: Nanos) {
-        let Some((tat, quota)) = old.retire(at) else {
-            return;
-        };
-        // As-is in units at `at`, as for every other storage.
+    fn take_over(&self, tat: Nanos, quota: Quota, at: Nanos) {
+        // As-is in units at `at`, as for every other storage. This limiter is fresh and not yet
+        // published, so raising its word sets it.
         if let Ok(from) = Gcra::from_quota(quota) {
             let tat = from.carry_over(tat, at, self.limiter.gcra());
             self.limiter.raise_shared_tat(tat);
@@ -196,7 +239,10 @@ pub(crate) fn build<C: Clock + Clone + 'static>(
             };
             let limiter = StripedLimiter::with_config(spec.quota, config, clock.clone())
                 .map_err(ConfigErrorKind::Striped)?;
-            Ok(Box::new(Striped { limiter }))
+            Ok(Box::new(Striped {
+                limiter,
+                successor: OnceLock::new(),
+            }))
         }
         (None, Storage::Atomic) => match spec.algorithm {
             AlgorithmKind::Gcra => global::<Gcra, C>(spec, clock),
@@ -204,5 +250,56 @@ pub(crate) fn build<C: Clock + Clone + 'static>(
             AlgorithmKind::FixedWindow => global::<FixedWindow, C>(spec, clock),
             AlgorithmKind::SlidingWindow => global::<SlidingWindow, C>(spec, clock),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tollgate_core::ManualClock;
+
+    fn striped(limit: u64, clock: &ManualClock) -> Arc<dyn RuleLimiter> {
+        let spec = Spec {
+            algorithm: AlgorithmKind::Gcra,
+            storage: Storage::Striped,
+            quota: Quota::per_second(limit).unwrap(),
+            capacity: None,
+            stripes: Some(1),
+        };
+        Arc::from(build(&spec, clock).unwrap())
+    }
+
+    #[test]
+    fn a_decision_on_a_replaced_striped_limiter_goes_to_its_successor() {
+        let clock = ManualClock::new();
+        let (old, new) = (striped(10, &clock), striped(20, &clock));
+        let now = clock.now();
+        // The old limiter spent 4 of 10 (some of them may sit in its stripe's lease).
+        for _ in 0..4 {
+            assert!(old.check(&[], now, 1).unwrap().0.is_allowed());
+        }
+        old.hand_over(Arc::clone(&new), now);
+        // A decision still on the old limiter is neither denied for the reload nor given more than
+        // the key had: 6 units in all, leases and successor together, then denials. The first unit
+        // the successor admits is refunded through the old limiter at once: it goes back there.
+        let (mut admitted, mut refunded) = (0, false);
+        while let Ok((d, receipt)) = old.check(&[], now, 1) {
+            if !d.is_allowed() {
+                break;
+            }
+            if !refunded && matches!(receipt, Receipt::Striped { hops: 1, .. }) {
+                old.refund(&[], now, 1, receipt);
+                refunded = true;
+                continue;
+            }
+            admitted += 1;
+            assert!(admitted <= 6, "more than the 6 units left");
+        }
+        assert!(refunded, "the successor admitted some");
+        assert_eq!(admitted, 6);
+        assert!(
+            !new.check(&[], now, 1).unwrap().0.is_allowed(),
+            "one timeline"
+        );
     }
 }

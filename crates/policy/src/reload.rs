@@ -56,7 +56,7 @@ impl Identity {
 pub(crate) struct Effects {
     /// Kept keyed or atomic limiters whose default quota changes.
     requotas: Vec<(Arc<dyn RuleLimiter>, Quota)>,
-    /// Striped rules rebuilt under a new quota: the new limiter takes over the old one's timeline.
+    /// Striped rules rebuilt under a new quota, (new, old): the old one hands over to the new one.
     takeovers: Vec<(Arc<dyn RuleLimiter>, Arc<dyn RuleLimiter>)>,
     /// Overrides to set on kept tables (their keys pinned while prepared).
     set: Vec<(Arc<dyn RuleLimiter>, String, Quota)>,
@@ -152,7 +152,7 @@ impl<C> PreparedReload<'_, C> {
         }
         let at = policy.clock.now();
         for (new, old) in &effects.takeovers {
-            new.take_over(old.as_ref(), at);
+            old.hand_over(Arc::clone(new), at);
         }
         policy.current.store(Arc::new(set));
         // Dropping `effects` takes the pins back; dropping `_serial` lets the next reload in.
@@ -181,9 +181,10 @@ impl<C: Clock + Clone + 'static> Policy<C> {
     ///   windows), for keyed and atomic global rules (the table's tier bits mark which quota wrote
     ///   a word, so the carry-over is exact while decisions go on; see `tollgate-sharded`'s
     ///   `KeyedLimiter::set_default`) and for striped global rules (the old limiter is retired and
-    ///   its shared word carried over; decisions still running on it take only what its stripes
-    ///   had leased). Units given back by a refund that races the commit are given back in the
-    ///   quota the key is in when the refund lands.
+    ///   its shared word carried over; a decision still running on it uses what its stripes had
+    ///   leased, and beyond that is decided by the new limiter: neither over-admitted nor denied
+    ///   for the reload). Units given back by a refund that races the commit are given back in
+    ///   the quota the key is in when the refund lands.
     /// * Override changes are applied to the kept table; removed rules drop; new ones start fresh.
     /// * An invalid config is a [`ConfigError`] naming the rule and field, and the old policy stays in
     ///   force untouched.
@@ -205,7 +206,10 @@ impl<C: Clock + Clone + 'static> Policy<C> {
     /// [`PreparedReload`] changes nothing. For a caller that reloads several policies all or
     /// nothing: prepare each, and commit them only when every one prepared.
     ///
-    /// Waits for a reload being prepared elsewhere to be committed or dropped.
+    /// Waits for a reload being prepared elsewhere to be committed or dropped (so a thread holding a
+    /// [`PreparedReload`] of this policy must not prepare or reload it again: it would wait for
+    /// itself). The guard it holds is a `std` mutex guard, so a `PreparedReload` stays on the
+    /// thread that prepared it (it is not `Send`): prepare and commit without an `.await` between.
     ///
     /// # Errors
     /// As [`with_clock`](Self::with_clock), plus [`ConfigErrorKind::Keyed`] when a new override cannot
@@ -260,7 +264,16 @@ impl Live {
                 capacity: rc.capacity,
                 stripes: rc.stripes,
             };
-            let err = |kind| ConfigError::new(Some(&rc.name), "rule", kind);
+            let err = |kind: ConfigErrorKind| {
+                let field = match kind {
+                    // A table the allocator cannot provide (or of no keys) is the capacity's fault.
+                    ConfigErrorKind::Keyed(
+                        KeyedError::CapacityTooLarge { .. } | KeyedError::ZeroCapacity,
+                    ) => "capacity",
+                    _ => "rule",
+                };
+                ConfigError::new(Some(&rc.name), field, kind)
+            };
             let kept = old.and_then(|old| {
                 old.rules
                     .rules

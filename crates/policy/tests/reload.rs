@@ -465,3 +465,36 @@ fn one_key_value_in_two_overrides_of_a_rule_is_an_error_naming_rule_and_value() 
     );
     config(&two).validate().unwrap();
 }
+
+#[test]
+fn a_prepared_override_is_placed_at_the_commit_even_if_its_window_filled_up_meanwhile() {
+    // Capacity 1: one stripe whose 32 slots are one probe window. Keys at 1/min stay live.
+    let base = "[[rules]]\nname = \"r\"\nmatch = { k = \"any\" }\nkey = [\"k\"]\nlimit = 1\n\
+                period = \"1m\"\ncapacity = 1\n";
+    let vip = format!(
+        "{base}\n[[overrides]]\nrule = \"r\"\nvalues = [\"vip\"]\nlimit = 100\nperiod = \"1m\"\n"
+    );
+    let p = Policy::with_clock(config(base), ManualClock::new()).unwrap();
+    let now = p.now();
+    let prepared = p.prepare_reload(config(&vip)).unwrap();
+    // The window fills with live keys while the reload is prepared ("vip" holds a pinned slot).
+    for i in 0..64 {
+        p.check_at(&[("k", &format!("user{i}"))], now, 1).unwrap();
+    }
+    assert!(
+        p.snapshot().rule("r").unwrap().overflow > 0,
+        "the window is full"
+    );
+    prepared.commit();
+    let d = p.check_at(&[("k", "vip")], now, 1).unwrap();
+    assert_eq!(d.quota.map(|q| q.limit()), Some(100));
+    assert_eq!(d.decision.remaining(), 99);
+    // Preparing the same change on a full window now is a typed error; the policy stays.
+    let p = Policy::with_clock(config(base), ManualClock::new()).unwrap();
+    for i in 0..64 {
+        p.check_at(&[("k", &format!("user{i}"))], now, 1).unwrap();
+    }
+    let e = p.prepare_reload(config(&vip)).unwrap_err();
+    assert_eq!((e.rule.as_deref(), e.field), (Some("r"), "overrides"));
+    assert_eq!(p.config(), config(base));
+}

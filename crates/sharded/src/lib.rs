@@ -29,6 +29,9 @@
 //!   and its own slot together — never exceed what its own quota allows.
 //! * **Overrides** ([`KeyedLimiter::set_override`]): up to [`MAX_OVERRIDE_QUOTAS`] quotas, chosen by a
 //!   4-bit tier in the key's own slot (no second table); such slots are pinned.
+//! * **Changing the default quota** in use ([`KeyedLimiter::set_default`]): every key's state carries
+//!   over as-is in units ([`Algorithm::carry_over`](tollgate_core::Algorithm::carry_over): it keeps
+//!   `min(what it had, the new capacity)`), exactly, while decisions go on; so do override changes.
 //!
 //! # Keys and hashing
 //! Any `Hash` key (integers, [`IpAddr`](std::net::IpAddr), `str`, `[u8]`, `String`, …); lookups accept

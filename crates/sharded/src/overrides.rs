@@ -19,7 +19,8 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     /// key's slot is pinned: never evicted while it has an override.
     ///
     /// Overrides live in the table itself: a 4-bit tier in the slot's tag indexes one of at most
-    /// [`MAX_OVERRIDE_QUOTAS`] override quotas. Keys sharing a quota share its tier.
+    /// [`MAX_OVERRIDE_QUOTAS`](crate::MAX_OVERRIDE_QUOTAS) override quotas. Keys sharing a quota
+    /// share its tier.
     ///
     /// # Errors
     /// [`KeyedError::Quota`] for a quota the algorithm cannot represent,

@@ -394,3 +394,28 @@ fn the_limiter_reads_its_clock() {
     clock.advance(Duration::from_nanos(T));
     assert!(l.check().is_allowed());
 }
+
+#[test]
+fn a_retired_limiter_grants_nothing_more_but_its_stripes_use_their_leases() {
+    // Burst 10, leases of 4: stripe 0 leases 4 and uses 1; 6 remain in the shared word.
+    let l = limiter(10, 2, LeaseSize::Fixed(4));
+    assert!(l.check_on_stripe(0, 0, 1).unwrap().is_allowed());
+    let tat = l.shared_tat();
+    assert_eq!(tat, 4 * T);
+    assert_eq!(l.retire(0), tat, "the word as it was");
+    // Stripe 0 still has its 3 leased units (accounted for in `tat`); then nothing, anywhere.
+    let leased = (0..10)
+        .filter(|_| l.check_on_stripe(0, 0, 1).unwrap().is_allowed())
+        .count();
+    assert_eq!(leased, 3);
+    assert!(!l.check_on_stripe(1, 0, 1).unwrap().is_allowed());
+    // Within one bucket depth of the retirement nothing is granted, and the wait stays bounded.
+    let denied = l.check_on_stripe(1, 10 * T, 1).unwrap();
+    assert!(!denied.is_allowed());
+    assert!(denied.retry_after().unwrap() <= Duration::from_nanos(20 * T + 4 * T));
+    // raise_shared_tat only ever moves the word up.
+    let fresh = limiter(10, 1, LeaseSize::Fixed(4));
+    fresh.raise_shared_tat(7 * T);
+    fresh.raise_shared_tat(2 * T);
+    assert_eq!(fresh.shared_tat(), 7 * T);
+}
