@@ -6,7 +6,7 @@ mod common;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::RedisServer;
 use rand::rngs::StdRng;
@@ -17,8 +17,8 @@ use tollgate_core::{
     Transition,
 };
 use tollgate_redis::{
-    BatchKey, BatchLimit, Error, RedisBatch, RedisConfig, RedisEncoding, RedisLimiter, Storage,
-    admitted, connect,
+    BatchKey, BatchLimit, BreakerConfig, BreakerState, Error, RedisBatch, RedisConfig,
+    RedisEncoding, RedisLimiter, Storage, admitted, connect,
 };
 
 /// Around 2023 in µs since the Unix epoch, so the scripts see realistic magnitudes.
@@ -761,4 +761,54 @@ async fn a_batch_and_a_limiter_share_state() {
         batch.try_peek_at(&keys, now, 1).await.unwrap()[0],
         limiter.try_peek_at("k", now, 1).await.unwrap()
     );
+}
+
+/// A batch runs under the circuit breaker like a limiter: a dead server gives outage errors, then,
+/// after `failures` of them, `CircuitOpen` without touching the network; once the server is back,
+/// a probe closes the breaker and the batch decides again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_runs_under_the_circuit_breaker() {
+    let mut server = RedisServer::start();
+    let cfg = config()
+        .with_timeout(Duration::from_millis(300))
+        .with_breaker(BreakerConfig {
+            failures: 3,
+            probe_interval: Duration::from_millis(20),
+        });
+    let batch = RedisBatch::new(connect(&server.url(), &cfg).unwrap(), cfg);
+    let limit = BatchLimit::for_quota::<Gcra>(Quota::per_second(100).unwrap()).unwrap();
+    let keys = [
+        BatchKey::enforcing("{b}:1", &limit),
+        BatchKey::shadow("{b}:2", &limit),
+    ];
+    assert!(batch.try_check(&keys, 1).await.unwrap()[0].is_allowed());
+    server.kill();
+    for i in 0..3 {
+        match batch.try_check(&keys, 1).await {
+            Err(e) if e.is_outage() && !matches!(e, Error::CircuitOpen) => {}
+            other => panic!("call {i}: want an outage, got {other:?}"),
+        }
+    }
+    assert!(matches!(
+        batch.try_check(&keys, 1).await,
+        Err(Error::CircuitOpen)
+    ));
+    assert_eq!(batch.breaker().state, BreakerState::Open);
+    server.restart();
+    let t0 = Instant::now();
+    loop {
+        match batch.try_check(&keys, 1).await {
+            Ok(d) => {
+                assert!(d[0].is_allowed(), "{d:?}");
+                break;
+            }
+            Err(e) => assert!(
+                e.is_outage() && t0.elapsed() < Duration::from_secs(5),
+                "not back after {:?}: {e}",
+                t0.elapsed()
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await; // bounded poll for the restart
+    }
+    assert_eq!(batch.breaker().state, BreakerState::Closed);
 }
