@@ -128,7 +128,8 @@ impl<A: BatchEncoding, C: ConnectionLike + Clone + Send + Sync> RedisLimiter<A, 
 /// whether it enforces.
 #[derive(Clone, Copy, Debug)]
 pub struct BatchKey<'a> {
-    /// The key, without the batch's prefix: any string (any bytes of UTF-8, any length).
+    /// The key, without the batch's prefix: any string of any length (CR LF, NUL, quotes, braces
+    /// and the like included; a hash tag decides its cluster slot).
     pub key: &'a str,
     /// The algorithm and quota.
     pub limit: &'a BatchLimit,
@@ -419,4 +420,40 @@ fn duplicate<'a>(keys: &[BatchKey<'a>]) -> Option<&'a str> {
 
 fn short(raw: &[i64], sent: &[&BatchKey<'_>]) -> Error {
     Error::BadReply(format!("{} values, want {}", raw.len(), sent.len() * 4))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The batch script reads exactly three parameters per key after its algorithm and flag.
+    #[test]
+    fn every_batch_algorithm_sends_three_parameters() {
+        let quota = Quota::per_second(3).unwrap();
+        let limits = [
+            BatchLimit::for_quota::<Gcra>(quota).unwrap(),
+            BatchLimit::for_quota::<LeakyBucket>(quota).unwrap(),
+            BatchLimit::for_quota::<FixedWindow>(quota).unwrap(),
+            BatchLimit::for_quota::<SlidingWindow>(quota).unwrap(),
+        ];
+        let codes: Vec<&str> = limits.iter().map(|l| l.kind.code()).collect();
+        assert_eq!(codes, ["g", "g", "f", "s"]);
+        for l in &limits {
+            assert_eq!(l.params.args().len(), 3, "{l:?}");
+            assert_eq!(l.capacity(), 3);
+        }
+    }
+
+    #[test]
+    fn a_key_twice_is_found() {
+        let l = BatchLimit::for_quota::<Gcra>(Quota::per_second(3).unwrap()).unwrap();
+        let keys = [
+            BatchKey::enforcing("a", &l),
+            BatchKey::shadow("b", &l),
+            BatchKey::enforcing("c", &l),
+        ];
+        assert_eq!(duplicate(&keys), None);
+        let keys = [keys[0], keys[1], BatchKey::shadow("a", &l)];
+        assert_eq!(duplicate(&keys), Some("a"));
+    }
 }

@@ -706,6 +706,19 @@ async fn keys_of_any_bytes_and_length_never_break_it() {
             .unwrap();
         assert_eq!(c.as_deref(), Some("2"), "{n:?}");
     }
+    // Many keys in one call.
+    let many: Vec<String> = (0..300).map(|i| format!("{{m}}:{i}")).collect();
+    let keys_many: Vec<BatchKey<'_>> = many
+        .iter()
+        .map(|n| BatchKey::enforcing(n, &limit))
+        .collect();
+    let got = batch.try_check_at(&keys_many, now, 2).await.unwrap();
+    assert!(admitted(&keys_many, &got));
+    assert_eq!(got.len(), 300);
+    assert!(!admitted(
+        &keys_many,
+        &batch.try_check_at(&keys_many, now, 1).await.unwrap()
+    ));
     // Each odd key made corrupt in turn: the error names it.
     for (i, n) in names.iter().enumerate() {
         let full = format!("t:{n}");
