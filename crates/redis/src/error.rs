@@ -40,6 +40,12 @@ pub enum Error {
         /// Redis's message.
         detail: String,
     },
+    /// The same key twice in one [`RedisBatch`](crate::RedisBatch) call (it would be decided twice
+    /// on the same state): a configuration error, refused before any round trip.
+    DuplicateKey {
+        /// The Redis key.
+        key: String,
+    },
 }
 
 impl Error {
@@ -59,9 +65,9 @@ impl Error {
         )
     }
 
-    /// Whether this is a configuration error ([`Error::WrongType`]).
+    /// Whether this is a configuration error ([`Error::WrongType`], [`Error::DuplicateKey`]).
     pub fn is_config(&self) -> bool {
-        matches!(self, Error::WrongType { .. })
+        matches!(self, Error::WrongType { .. } | Error::DuplicateKey { .. })
     }
 }
 
@@ -84,6 +90,9 @@ impl fmt::Display for Error {
                 "redis key {key:?} holds another type than this limiter stores (do two limiters \
                  share a prefix?): {detail}"
             ),
+            Error::DuplicateKey { key } => {
+                write!(f, "redis key {key:?} is twice in one batch")
+            }
         }
     }
 }
@@ -97,7 +106,8 @@ impl std::error::Error for Error {
             | Error::BadReply(_)
             | Error::CircuitOpen
             | Error::CorruptState { .. }
-            | Error::WrongType { .. } => None,
+            | Error::WrongType { .. }
+            | Error::DuplicateKey { .. } => None,
         }
     }
 }

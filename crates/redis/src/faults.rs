@@ -18,7 +18,8 @@ pub struct FaultCounts {
     pub circuit_open: u64,
     /// Stored state the script refused ([`Error::CorruptState`]).
     pub corrupt: u64,
-    /// Configuration errors ([`Error::WrongType`]): a key of another type under this prefix.
+    /// Configuration errors ([`Error::WrongType`]: a key of another type under this prefix;
+    /// [`Error::DuplicateKey`]).
     pub config: u64,
 }
 
@@ -64,7 +65,7 @@ impl Faults {
             Error::Cost(_) => return,
             Error::CircuitOpen => &self.circuit_open,
             Error::CorruptState { .. } => &self.corrupt,
-            Error::WrongType { .. } => &self.config,
+            Error::WrongType { .. } | Error::DuplicateKey { .. } => &self.config,
             _ => &self.outages,
         };
         // Relaxed: a statistic (see `snapshot`).

@@ -5,6 +5,10 @@
 //!   with a [`RedisEncoding`] ([`Gcra`](tollgate_core::Gcra) by default,
 //!   [`LeakyBucket`](tollgate_core::LeakyBucket), [`FixedWindow`](tollgate_core::FixedWindow),
 //!   [`SlidingWindow`](tollgate_core::SlidingWindow)); cost `n`, peek and refund.
+//! * [`RedisBatch`]: several keys, each with its own algorithm and quota ([`BatchLimit`]), decided
+//!   as one request in one atomic script call: every key checked first, every admission written
+//!   only if every enforcing key admits (shadow keys report, never deny). One `EVALSHA` per
+//!   request, whatever the number of keys; all keys on one node (one hash slot on a cluster).
 //! * [`LeasedLimiter`]: each instance leases up to `k` units of a shared GCRA bucket per call and
 //!   admits locally; bounded error (see its docs), ≥ 100× fewer round-trips.
 //! * [`RedisConfig`]: key prefix, per-call timeout, [`FaultPolicy`] (fail open or closed),
@@ -51,9 +55,10 @@
 //! bound).
 //!
 //! # Keys, TTLs and Redis Cluster
-//! The Redis key is `prefix + key` (see [`RedisConfig::with_prefix`]). Every script reads and writes
-//! exactly that one key, so it runs unchanged on Redis Cluster; to keep several of your keys on one
-//! slot, put the shared part in a hash tag, e.g. `"{tenant42}:login"`. Each write sets the key's TTL
+//! The Redis key is `prefix + key` (see [`RedisConfig::with_prefix`]). Every script but
+//! [`RedisBatch`]'s reads and writes exactly that one key, so it runs unchanged on Redis Cluster; a
+//! batch's keys must share one slot there (Redis refuses a script across slots with `CROSSSLOT`):
+//! put the shared part in a hash tag, e.g. `"{tenant42}:login"` and `"{tenant42}:api"`. Each write sets the key's TTL
 //! (rounded up to whole ms) to when its state becomes indistinguishable from a fresh one: GCRA at its
 //! TAT, fixed window at the window's end, sliding window at the end of the window after the current
 //! one (after a refund, of the window whose count is the last non-zero one). Denials and peeks never
@@ -91,6 +96,7 @@
 //! reconnects after the server comes back; scripts are sent by SHA and reloaded on `NOSCRIPT`, so a
 //! restarted server needs nothing from you.
 
+mod batch;
 mod breaker;
 mod config;
 mod encoding;
@@ -102,6 +108,7 @@ mod scripts;
 
 use std::time::Duration;
 
+pub use batch::{BatchEncoding, BatchKey, BatchLimit, RedisBatch, admitted};
 pub use breaker::{BreakerConfig, BreakerState, BreakerStats};
 pub use config::{FaultPolicy, RedisConfig, TimeSource};
 pub use encoding::{RedisEncoding, ScriptParams, Storage};

@@ -90,6 +90,11 @@ impl<A: RedisEncoding, C: ConnectionLike + Clone + Send + Sync> RedisLimiter<A, 
         self.algorithm.quota()
     }
 
+    /// The script's parameters.
+    pub(crate) fn params(&self) -> &ScriptParams {
+        &self.params
+    }
+
     /// The settings.
     pub fn config(&self) -> &RedisConfig {
         &self.config

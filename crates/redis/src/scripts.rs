@@ -28,8 +28,17 @@ macro_rules! lua {
 
 pub(crate) static GCRA: LazyLock<Script> = lua!("tat.lua", "gcra.lua");
 pub(crate) static LEASE: LazyLock<Script> = lua!("tat.lua", "lease.lua");
-pub(crate) static FIXED_WINDOW: LazyLock<Script> = lua!("fixed_window.lua");
-pub(crate) static SLIDING_WINDOW: LazyLock<Script> = lua!("sliding_window.lua");
+pub(crate) static FIXED_WINDOW: LazyLock<Script> =
+    lua!("fixed_window_decide.lua", "fixed_window.lua");
+pub(crate) static SLIDING_WINDOW: LazyLock<Script> =
+    lua!("sliding_window_decide.lua", "sliding_window.lua");
+/// Several keys of any of the algorithms above in one call: the same `*_decide` functions.
+pub(crate) static BATCH: LazyLock<Script> = lua!(
+    "tat.lua",
+    "fixed_window_decide.lua",
+    "sliding_window_decide.lua",
+    "batch.lua"
+);
 pub(crate) static GCRA_REFUND: LazyLock<Script> = lua!("tat.lua", "gcra_refund.lua");
 pub(crate) static FIXED_WINDOW_REFUND: LazyLock<Script> = lua!("fixed_window_refund.lua");
 pub(crate) static SLIDING_WINDOW_REFUND: LazyLock<Script> = lua!("sliding_window_refund.lua");

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use common::cluster::{RedisCluster, slot};
 use tollgate_core::{FixedWindow, Gcra, LeakyBucket, Nanos, Quota, SlidingWindow};
 use tollgate_redis::{
-    ClusterConnection, FaultPolicy, LeaseConfig, LeasedLimiter, RedisConfig, RedisEncoding,
-    RedisLimiter, connect_cluster,
+    BatchKey, BatchLimit, ClusterConnection, Error, FaultPolicy, LeaseConfig, LeasedLimiter,
+    RedisBatch, RedisConfig, RedisEncoding, RedisLimiter, admitted, connect_cluster,
 };
 
 /// Around 2023 in µs since the Unix epoch.
@@ -538,4 +538,62 @@ async fn a_killed_master_fails_over_and_the_client_follows() {
         );
     }
     assert!(followed < Duration::from_secs(15));
+}
+
+/// `RedisBatch` on a cluster: a request whose keys share a hash tag is one script on the tag's
+/// master (tags spread over every master), exact; keys in different slots are refused (an error,
+/// nothing written), as documented.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_with_one_hash_tag_is_exact_on_a_cluster_and_other_slots_are_refused() {
+    let cluster = RedisCluster::start(Duration::from_secs(2));
+    let cfg = config("batch:");
+    let batch = RedisBatch::new(conn(&cluster, &cfg).await, cfg);
+    let g = BatchLimit::for_quota::<Gcra>(Quota::per_minute(3).unwrap()).unwrap();
+    let f = BatchLimit::for_quota::<FixedWindow>(Quota::per_minute(5).unwrap()).unwrap();
+    let s = BatchLimit::for_quota::<SlidingWindow>(Quota::per_minute(2).unwrap()).unwrap();
+    let tenants: Vec<String> = (0..30).map(|t| format!("{{tenant{t}}}")).collect();
+    let masters: HashSet<u16> = tenants
+        .iter()
+        .map(|t| cluster.master_of(slot(&format!("batch:{t}:g"))).port)
+        .collect();
+    assert_eq!(masters.len(), 3, "the tags do not cover every master");
+    for t in &tenants {
+        let names = [format!("{t}:g"), format!("{t}:f"), format!("{t}:s")];
+        let keys = [
+            BatchKey::enforcing(&names[0], &g),
+            BatchKey::enforcing(&names[1], &f),
+            BatchKey::shadow(&names[2], &s),
+        ];
+        let mut outcomes = Vec::new();
+        for _ in 0..5 {
+            let d = batch.try_check_at(&keys, NOW, 1).await.unwrap();
+            outcomes.push((admitted(&keys, &d), d[2].is_allowed()));
+        }
+        // GCRA's 3 decide; the shadow sliding window admits 2 of them and never denies.
+        assert_eq!(
+            outcomes,
+            [
+                (true, true),
+                (true, true),
+                (true, false),
+                (false, false),
+                (false, false)
+            ],
+            "{t}"
+        );
+        let left = batch.try_peek_at(&keys, NOW, 1).await.unwrap();
+        // The fixed window counted only the 3 admitted requests.
+        assert_eq!(left[1].remaining(), 5 - 3 - 1, "{t}: {left:?}");
+    }
+    // Two keys in different slots: refused, nothing written anywhere.
+    let (a, b) = ("x:a".to_owned(), "x:b".to_owned());
+    assert_ne!(slot(&format!("batch:{a}")), slot(&format!("batch:{b}")));
+    let keys = [BatchKey::enforcing(&a, &g), BatchKey::enforcing(&b, &f)];
+    let got = batch.try_check_at(&keys, NOW, 1).await;
+    assert!(matches!(got, Err(Error::Redis(_))), "{got:?}");
+    for k in [&a, &b] {
+        let alone = [BatchKey::enforcing(k, &f)];
+        let d = batch.try_peek_at(&alone, NOW, 1).await.unwrap();
+        assert_eq!(d[0].remaining(), 4, "{k} was written: {d:?}");
+    }
 }

@@ -5,7 +5,7 @@
 -- 0}.
 local key, now, cost = decision_args()
 local per_us, interval = gcra_args()
-local ahead = tat_ahead(redis.call('GET', key), now, per_us)
+local ahead = tat_ahead(key, redis.call('GET', key), now, per_us)
 if cost <= 0 or ahead == 0 then
   -- Nothing to give back: the bucket is already full at now (a TAT in the past is not rewritten).
   return {0, 0, 0, 0}

@@ -7,7 +7,7 @@ local now = now_us()
 local min = tonumber(ARGV[2])
 local max = tonumber(ARGV[3])
 local per_us, interval, depth = gcra_args()
-local ahead = tat_ahead(redis.call('GET', key), now, per_us)
+local ahead = tat_ahead(key, redis.call('GET', key), now, per_us)
 if now + cdiv(ahead + depth, per_us) >= LIMIT then
   return {0, 0, -1, -1}
 end

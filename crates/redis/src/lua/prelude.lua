@@ -25,23 +25,23 @@ local function str(n)
   -- Integers as plain digits ("%.0f" is exact below 2^53; tostring could print an exponent).
   return string.format('%.0f', n)
 end
-local function corrupt(what)
-  -- Stored state this script cannot have written: an error, never a decision (the client maps the
-  -- TOLLGATE_CORRUPT code to its typed error). Called before any write, so nothing is written.
-  error({err = 'TOLLGATE_CORRUPT ' .. KEYS[1] .. ': ' .. what})
+local function corrupt(key, what)
+  -- Stored state under `key` this script cannot have written: an error, never a decision (the client
+  -- maps the TOLLGATE_CORRUPT code to its typed error). Called before any write, so nothing is written.
+  error({err = 'TOLLGATE_CORRUPT ' .. key .. ': ' .. what})
 end
 local function shown(raw)
   -- A stored value for an error message: at most 40 bytes, quoted.
   return string.format('%q', string.sub(tostring(raw), 1, 40))
 end
-local function uint(raw, what, max)
+local function uint(key, raw, what, max)
   -- A stored integer in plain digits, at most `max` (< 2^53); anything else is corrupt.
   if type(raw) ~= 'string' or #raw > 16 or not string.find(raw, '^%d+$') then
-    corrupt(what .. ' ' .. shown(raw) .. ' is not an integer in plain digits below 2^53')
+    corrupt(key, what .. ' ' .. shown(raw) .. ' is not an integer in plain digits below 2^53')
   end
   local n = tonumber(raw)
   if n > max then
-    corrupt(what .. ' ' .. raw .. ' is out of range (at most ' .. str(max) .. ')')
+    corrupt(key, what .. ' ' .. raw .. ' is out of range (at most ' .. str(max) .. ')')
   end
   return n
 end
@@ -57,11 +57,11 @@ local function hash_state(key, fields, max)
     return out
   end
   if n ~= #fields then
-    corrupt('a hash of ' .. n .. ' fields, this limiter stores exactly ' .. table.concat(fields, ', '))
+    corrupt(key, 'a hash of ' .. n .. ' fields, this limiter stores exactly ' .. table.concat(fields, ', '))
   end
   local h = redis.call('HMGET', key, unpack(fields))
   for i = 1, #fields do
-    out[i] = uint(h[i], 'field ' .. fields[i], max[i])
+    out[i] = uint(key, h[i], 'field ' .. fields[i], max[i])
   end
   return out
 end
@@ -81,6 +81,16 @@ local function decision_args()
   -- The decision scripts' first arguments: KEYS[1] the key; ARGV now_us or '', cost, peek (0/1).
   -- The algorithm's parameters follow from ARGV[4].
   return KEYS[1], now_us(), tonumber(ARGV[2]), ARGV[3] == '1'
+end
+local function decide_one(decide)
+  -- A single-key decision script: `decide` (one of the algorithms' `*_decide` functions) on KEYS[1]
+  -- with the parameters ARGV[4..6]; its write, if any, unless this is a peek.
+  local key, now, cost, peek = decision_args()
+  local reply, commit = decide(key, now, cost, tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]))
+  if commit and not peek then
+    commit()
+  end
+  return reply
 end
 local function expire_in(key, us)
   -- Keep the key `us` microseconds more, rounded up to whole milliseconds (never expires early).

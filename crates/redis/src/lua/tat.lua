@@ -7,20 +7,20 @@
 -- The furthest ahead of now a stored TAT may be: 2^52 units (so that adding a cost, at most the depth
 -- < 2^51 units, stays exact).
 local AHEAD_MAX = 4503599627370496
-local function tat_ahead(raw, now, per_us)
+local function tat_ahead(key, raw, now, per_us)
   -- max(TAT - now, 0) in units (0 for an absent key: a full bucket).
   if not raw then
     return 0
   end
   if #raw > 19 or not string.find(raw, '^%d+$') then
-    corrupt('TAT ' .. shown(raw) .. ' is not a time in ns in plain digits')
+    corrupt(key, 'TAT ' .. shown(raw) .. ' is not a time in ns in plain digits')
   end
   local us, ns = 0, raw
   if #raw > 3 then
     us, ns = tonumber(string.sub(raw, 1, -4)), string.sub(raw, -3)
   end
   if us >= LIMIT then
-    corrupt('TAT ' .. raw .. ' is past 2^53 us')
+    corrupt(key, 'TAT ' .. raw .. ' is past 2^53 us')
   end
   local d = us - now
   if d < 0 then
@@ -31,7 +31,7 @@ local function tat_ahead(raw, now, per_us)
   local ahead = d * per_us + cdiv(tonumber(ns), 1000 / per_us)
   if ahead > AHEAD_MAX then
     -- Writes put the TAT at most a depth (< 2^51 units) ahead; this is not a clock gone backwards.
-    corrupt('TAT ' .. raw .. ' is more than 2^52 units of ' .. str(1000 / per_us) .. ' ns ahead of now')
+    corrupt(key, 'TAT ' .. raw .. ' is more than 2^52 units of ' .. str(1000 / per_us) .. ' ns ahead of now')
   end
   return ahead
 end
@@ -47,4 +47,28 @@ end
 local function set_tat(key, now, ahead, per_us)
   -- The TTL ends where the state turns fresh (the TAT), rounded up to whole ms: 1 ms = per_us × 1000 units.
   redis.call('SET', key, tat_digits(now, ahead, per_us), 'PX', str(math.max(cdiv(ahead, per_us * 1000), 1)))
+end
+local function gcra_decide(key, now, cost, per_us, interval, depth)
+  -- GCRA (and the leaky bucket) on `key` at `now` for `cost` units; parameters as gcra_args. Reads
+  -- only. Returns the reply {allowed, remaining, retry_after, reset_after} in units (-1 = never) and
+  -- the admission's write (a function; nil when there is nothing to write).
+  -- ahead = max(tat, now) - now; new_ahead = new_tat - now.
+  local ahead = tat_ahead(key, redis.call('GET', key), now, per_us)
+  local new_ahead = ahead + cost * interval
+  if now + cdiv(new_ahead, per_us) >= LIMIT then
+    return {0, 0, -1, -1}
+  end
+  -- allow_at = new_tat - depth; denied while now < allow_at.
+  local wait = new_ahead - depth
+  if wait > 0 then
+    return {0, 0, wait, ahead}
+  end
+  local commit
+  if cost > 0 then
+    -- Fresh again once the TAT is reached: the key lives exactly that long.
+    commit = function()
+      set_tat(key, now, new_ahead, per_us)
+    end
+  end
+  return {1, idiv(depth - new_ahead, interval), 0, new_ahead}, commit
 end

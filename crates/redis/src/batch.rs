@@ -1,0 +1,459 @@
+//! Several keys, each with its own algorithm and quota, decided as one request in one atomic script
+//! call.
+
+use std::sync::Arc;
+
+use redis::aio::{ConnectionLike, ConnectionManager};
+use tollgate_core::{
+    CheckError, Decision, FixedWindow, Gcra, LeakyBucket, Nanos, Quota, QuotaError, SlidingWindow,
+};
+
+use crate::breaker::{Admission, Breaker, BreakerStats, Outcome};
+use crate::config::RedisConfig;
+use crate::encoding::{RedisEncoding, ScriptParams};
+use crate::error::Error;
+use crate::limiter::RedisLimiter;
+use crate::scripts::{self, BATCH, Reply};
+
+mod sealed {
+    /// The batch script's name for an algorithm's `*_decide` function.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Kind {
+        /// `gcra_decide`: GCRA and the leaky bucket (one TAT).
+        Tat,
+        /// `fixed_window_decide`.
+        Fixed,
+        /// `sliding_window_decide`.
+        Sliding,
+    }
+
+    impl Kind {
+        pub(crate) fn code(self) -> &'static str {
+            match self {
+                Kind::Tat => "g",
+                Kind::Fixed => "f",
+                Kind::Sliding => "s",
+            }
+        }
+    }
+
+    /// Keeps [`BatchEncoding`](super::BatchEncoding) to the crate's algorithms, whose decision
+    /// functions the batch script carries.
+    pub trait Sealed {
+        /// Which decision function runs the algorithm.
+        fn kind() -> Kind;
+    }
+}
+
+use sealed::Kind;
+
+/// A [`RedisEncoding`] that [`RedisBatch`] can decide among other keys: [`Gcra`], [`LeakyBucket`],
+/// [`FixedWindow`] and [`SlidingWindow`] (sealed: the batch script carries exactly their decision
+/// functions, the same ones their single-key scripts run).
+pub trait BatchEncoding: RedisEncoding + sealed::Sealed {}
+
+macro_rules! batchable {
+    ($($t:ty => $kind:expr),+) => {$(
+        impl sealed::Sealed for $t {
+            fn kind() -> Kind {
+                $kind
+            }
+        }
+        impl BatchEncoding for $t {}
+    )+};
+}
+
+batchable!(Gcra => Kind::Tat, LeakyBucket => Kind::Tat, FixedWindow => Kind::Fixed,
+    SlidingWindow => Kind::Sliding);
+
+/// One limit a [`RedisBatch`] decides a key against: an algorithm and its quota, as the script's
+/// parameters (exactly those its single-key [`RedisLimiter`] sends), and its capacity.
+///
+/// Build it once per limit and reuse it: [`BatchLimit::for_quota`] from a quota,
+/// [`BatchLimit::new`] from an algorithm, or
+/// [`RedisLimiter::batch_limit`] from a limiter (the same algorithm and quota as that limiter's
+/// script, so a batch and the limiter read and write the same state under the same key).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BatchLimit {
+    kind: Kind,
+    params: ScriptParams,
+    capacity: u64,
+}
+
+impl BatchLimit {
+    /// The limit `algorithm` enforces (build it from
+    /// [`RedisEncoding::redis_quota`] so that the script can follow it exactly, as
+    /// [`RedisLimiter::new`] does).
+    ///
+    /// # Errors
+    /// A [`QuotaError`] when the script cannot follow `algorithm` exactly (as
+    /// [`RedisLimiter::from_algorithm`]).
+    pub fn new<A: BatchEncoding>(algorithm: &A) -> Result<BatchLimit, QuotaError> {
+        Ok(BatchLimit {
+            kind: A::kind(),
+            params: algorithm.script_params()?,
+            capacity: algorithm.capacity(),
+        })
+    }
+
+    /// The limit algorithm `A` enforces for `quota`, built as [`RedisLimiter::new`] builds it: from
+    /// [`A::redis_quota(quota)`](RedisEncoding::redis_quota), the quota itself wherever the script
+    /// can follow it exactly.
+    ///
+    /// # Errors
+    /// As [`RedisLimiter::new`].
+    pub fn for_quota<A: BatchEncoding>(quota: Quota) -> Result<BatchLimit, QuotaError> {
+        Self::new(&A::from_quota(A::redis_quota(quota)?)?)
+    }
+
+    /// The largest cost one request may have under this limit.
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+}
+
+impl<A: BatchEncoding, C: ConnectionLike + Clone + Send + Sync> RedisLimiter<A, C> {
+    /// This limiter's algorithm and quota as a [`BatchLimit`]: a [`RedisBatch`] with the same key
+    /// prefix decides a key against it exactly as this limiter does, on the same stored state.
+    pub fn batch_limit(&self) -> BatchLimit {
+        BatchLimit {
+            kind: A::kind(),
+            params: self.params().clone(),
+            capacity: self.capacity(),
+        }
+    }
+}
+
+/// One key of a batch: the key (under the batch's prefix), the limit it is decided against, and
+/// whether it enforces.
+#[derive(Clone, Copy, Debug)]
+pub struct BatchKey<'a> {
+    /// The key, without the batch's prefix: any string of any length (CR LF, NUL, quotes, braces
+    /// and the like included; a hash tag decides its cluster slot).
+    pub key: &'a str,
+    /// The algorithm and quota.
+    pub limit: &'a BatchLimit,
+    /// `true`: a denial denies the request. `false` (shadow): decided and reported, never denies;
+    /// its admission is written only when the request is admitted.
+    pub enforcing: bool,
+}
+
+impl<'a> BatchKey<'a> {
+    /// An enforcing key: its denial denies the request.
+    pub fn enforcing(key: &'a str, limit: &'a BatchLimit) -> Self {
+        BatchKey {
+            key,
+            limit,
+            enforcing: true,
+        }
+    }
+
+    /// A shadow key: decided and reported, never denies the request.
+    pub fn shadow(key: &'a str, limit: &'a BatchLimit) -> Self {
+        BatchKey {
+            key,
+            limit,
+            enforcing: false,
+        }
+    }
+}
+
+/// Decides several keys, each against its own [`BatchLimit`] (any mix of GCRA, leaky bucket, fixed
+/// and sliding window, each with its own quota), as **one request in one atomic script call** (one
+/// `EVALSHA`, one round trip, whatever the number of keys).
+///
+/// * Every key is decided first, at one `now`, for the same `cost`, on the state it holds, by the
+///   same Lua function as its single-key [`RedisLimiter`] script: each key's [`Decision`] is what
+///   that limiter's `try_peek` would answer, in the same units.
+/// * Then, for a check, the admissions are written (each key's new state and TTL) **only if every
+///   enforcing key admitted**; otherwise nothing is written. A shadow key (`enforcing: false`) never
+///   denies the request, and its admission is written only with the request's: as the in-process
+///   engine, which gives every admission back when an enforcing rule denies. A peek writes nothing.
+/// * The request is admitted when every enforcing key's decision is
+///   [`Allowed`](Decision::is_allowed) (see [`admitted`]).
+/// * A cost an enforcing key can never admit is [`Error::Cost`] before any round trip. A shadow key
+///   that can never admit it is not sent; its decision is a denial with `retry_after` and
+///   `reset_after` "never" (`u64::MAX` ns), as a script's `-1`.
+/// * A key holding another Redis type ([`Error::WrongType`]) or state no script can have written
+///   ([`Error::CorruptState`]) fails the whole call, naming that key; every key is read before any
+///   is written, so **nothing is written**. The same key twice in one call is
+///   [`Error::DuplicateKey`], before any round trip.
+/// * Keys are `prefix + key` ([`RedisConfig::with_prefix`]); any bytes, any length. The calls run
+///   under the configured timeout and circuit breaker, as [`RedisLimiter`]'s do; no fault policy
+///   is applied (the caller answers the errors).
+///
+/// **Redis Cluster**: a script's keys must all live in one hash slot, or the server refuses it
+/// (`CROSSSLOT`, an [`Error::Redis`]). Put one hash tag in every key of a request (e.g.
+/// `"{tenant42}:login"`, `"{tenant42}:api"`), or run on one node.
+///
+/// ```no_run
+/// use tollgate_core::{FixedWindow, Gcra, Quota};
+/// use tollgate_redis::{BatchKey, BatchLimit, RedisBatch, RedisConfig, admitted, connect};
+///
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// let config = RedisConfig::default().with_prefix("api:");
+/// let batch = RedisBatch::new(connect("redis://127.0.0.1:6379/", &config)?, config);
+/// let per_second = BatchLimit::for_quota::<Gcra>(Quota::per_second(10)?)?;
+/// let per_hour = BatchLimit::for_quota::<FixedWindow>(Quota::per_hour(1000)?)?;
+/// let keys = [
+///     BatchKey::enforcing("{user42}:s", &per_second),
+///     BatchKey::shadow("{user42}:h", &per_hour),
+/// ];
+/// let decisions = batch.try_check(&keys, 1).await?;
+/// println!("admitted: {}", admitted(&keys, &decisions));
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct RedisBatch<C = ConnectionManager> {
+    conn: C,
+    config: RedisConfig,
+    breaker: Arc<Breaker>,
+}
+
+/// Whether a batch's request was admitted: every enforcing key's decision is allowed (`keys` and
+/// `decisions` in the same order, as [`RedisBatch`] answers).
+pub fn admitted(keys: &[BatchKey<'_>], decisions: &[Decision]) -> bool {
+    keys.iter()
+        .zip(decisions)
+        .all(|(k, d)| !k.enforcing || d.is_allowed())
+}
+
+impl<C: ConnectionLike + Clone + Send + Sync> RedisBatch<C> {
+    /// Batches over `conn` with `config`'s prefix, timeout, time source and circuit breaker (its
+    /// fault policy is not used: the calls return their errors).
+    pub fn new(conn: C, config: RedisConfig) -> Self {
+        RedisBatch {
+            breaker: Arc::new(Breaker::new(config.breaker(), config.prefix())),
+            conn,
+            config,
+        }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &RedisConfig {
+        &self.config
+    }
+
+    /// The circuit breaker's state and counters (shared by this batch's clones).
+    pub fn breaker(&self) -> BreakerStats {
+        self.breaker.stats()
+    }
+
+    /// Decides `cost` units for every key of `keys` as one request, writing the admissions only
+    /// when every enforcing key admits (see [`RedisBatch`]). The decisions come back in `keys`'
+    /// order.
+    ///
+    /// # Errors
+    /// [`Error::Cost`] when an enforcing key can never admit `cost`; [`Error::DuplicateKey`]; the
+    /// outages [`Error::Timeout`], [`Error::Redis`], [`Error::BadReply`], [`Error::CircuitOpen`];
+    /// [`Error::CorruptState`] and [`Error::WrongType`] naming the key at fault. Nothing was
+    /// written then.
+    pub async fn try_check(
+        &self,
+        keys: &[BatchKey<'_>],
+        cost: u64,
+    ) -> Result<Vec<Decision>, Error> {
+        self.run(keys, None, cost, false).await
+    }
+
+    /// What [`try_check`](Self::try_check) would decide, writing nothing.
+    ///
+    /// # Errors
+    /// As [`try_check`](Self::try_check).
+    pub async fn try_peek(&self, keys: &[BatchKey<'_>], cost: u64) -> Result<Vec<Decision>, Error> {
+        self.run(keys, None, cost, true).await
+    }
+
+    /// [`try_check`](Self::try_check) at a time the caller supplies (ns on a time base every
+    /// instance shares, e.g. since the Unix epoch), rounded down to whole µs; for tests and
+    /// simulations.
+    ///
+    /// # Errors
+    /// As [`try_check`](Self::try_check).
+    pub async fn try_check_at(
+        &self,
+        keys: &[BatchKey<'_>],
+        now: Nanos,
+        cost: u64,
+    ) -> Result<Vec<Decision>, Error> {
+        self.run(keys, Some(now), cost, false).await
+    }
+
+    /// [`try_peek`](Self::try_peek) at a time the caller supplies (as
+    /// [`try_check_at`](Self::try_check_at)).
+    ///
+    /// # Errors
+    /// As [`try_check`](Self::try_check).
+    pub async fn try_peek_at(
+        &self,
+        keys: &[BatchKey<'_>],
+        now: Nanos,
+        cost: u64,
+    ) -> Result<Vec<Decision>, Error> {
+        self.run(keys, Some(now), cost, true).await
+    }
+
+    async fn run(
+        &self,
+        keys: &[BatchKey<'_>],
+        now: Option<Nanos>,
+        cost: u64,
+        peek: bool,
+    ) -> Result<Vec<Decision>, Error> {
+        for k in keys.iter().filter(|k| k.enforcing) {
+            if cost > k.limit.capacity {
+                return Err(Error::Cost(CheckError::CostExceedsCapacity {
+                    cost,
+                    capacity: k.limit.capacity,
+                }));
+            }
+        }
+        if let Some(key) = duplicate(keys) {
+            return Err(Error::DuplicateKey {
+                key: self.config.key(key),
+            });
+        }
+        // A shadow key that can never admit the cost is not sent: it is denied for good.
+        let never = Decision::denied(Nanos::MAX, Nanos::MAX);
+        let sent: Vec<&BatchKey<'_>> = keys.iter().filter(|k| cost <= k.limit.capacity).collect();
+        if sent.is_empty() {
+            return Ok(vec![never; keys.len()]);
+        }
+        if self.breaker.admit() == Admission::Reject {
+            return Err(Error::CircuitOpen);
+        }
+        let result = self.call(&sent, now, cost, peek).await;
+        self.breaker.record(match &result {
+            Err(e) if e.is_outage() => Outcome::Failed,
+            _ => Outcome::Answered,
+        });
+        let raw = result?;
+        let mut replies = raw.chunks_exact(4).zip(&sent);
+        keys.iter()
+            .map(|k| {
+                if cost > k.limit.capacity {
+                    return Ok(never);
+                }
+                let (chunk, k) = replies.next().ok_or_else(|| short(&raw, &sent))?;
+                Ok(Reply::parse(chunk, k.limit.params.unit())?.decision())
+            })
+            .collect()
+    }
+
+    async fn call(
+        &self,
+        sent: &[&BatchKey<'_>],
+        now: Option<Nanos>,
+        cost: u64,
+        peek: bool,
+    ) -> Result<Vec<i64>, Error> {
+        let mut conn = self.conn.clone();
+        let mut call = BATCH.prepare_invoke();
+        call.arg(scripts::time_arg(&self.config, now))
+            .arg(cost)
+            .arg(if peek { "1" } else { "0" });
+        for k in sent {
+            call.key(self.config.key(k.key))
+                .arg(k.limit.kind.code())
+                .arg(if k.enforcing { "1" } else { "0" });
+            for a in k.limit.params.args() {
+                call.arg(a.as_str());
+            }
+        }
+        let reply: Vec<i64> =
+            tokio::time::timeout(self.config.timeout(), call.invoke_async(&mut conn))
+                .await
+                .map_err(|_| Error::Timeout(self.config.timeout()))?
+                .map_err(|e| self.classify(e, sent))?;
+        if reply.len() != sent.len() * 4 {
+            return Err(short(&reply, sent));
+        }
+        Ok(reply)
+    }
+
+    /// A script error as the crate's [`Error`]: `TOLLGATE_KEY <i> <error>` names the key (from 1)
+    /// whose decision raised `<error>`.
+    fn classify(&self, e: redis::RedisError, sent: &[&BatchKey<'_>]) -> Error {
+        if e.code() != Some("TOLLGATE_KEY") {
+            return scripts::classify(e, &self.config, "");
+        }
+        let detail = e.detail().unwrap_or("");
+        // Redis appends where the error was raised (" script: <sha>, on @user_script:<line>.").
+        let detail = detail.rsplit_once(" script: ").map_or(detail, |(d, _)| d);
+        let Some((index, inner)) = detail.split_once(' ') else {
+            return Error::Redis(e);
+        };
+        let Some(k) = index
+            .parse::<usize>()
+            .ok()
+            .and_then(|i| i.checked_sub(1))
+            .and_then(|i| sent.get(i))
+        else {
+            return Error::Redis(e);
+        };
+        let key = self.config.key(k.key);
+        let (code, rest) = inner.split_once(' ').unwrap_or((inner, ""));
+        match code {
+            "TOLLGATE_CORRUPT" => {
+                let reason = rest
+                    .strip_prefix(key.as_str())
+                    .and_then(|r| r.strip_prefix(": "))
+                    .unwrap_or(rest)
+                    .to_owned();
+                Error::CorruptState { key, reason }
+            }
+            "WRONGTYPE" => Error::WrongType {
+                key,
+                detail: rest.to_owned(),
+            },
+            _ => Error::Redis(e),
+        }
+    }
+}
+
+/// The first key that appears twice in `keys`, if any.
+fn duplicate<'a>(keys: &[BatchKey<'a>]) -> Option<&'a str> {
+    let mut sorted: Vec<&str> = keys.iter().map(|k| k.key).collect();
+    sorted.sort_unstable();
+    sorted.windows(2).find(|w| w[0] == w[1]).map(|w| w[0])
+}
+
+fn short(raw: &[i64], sent: &[&BatchKey<'_>]) -> Error {
+    Error::BadReply(format!("{} values, want {}", raw.len(), sent.len() * 4))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The batch script reads exactly three parameters per key after its algorithm and flag.
+    #[test]
+    fn every_batch_algorithm_sends_three_parameters() {
+        let quota = Quota::per_second(3).unwrap();
+        let limits = [
+            BatchLimit::for_quota::<Gcra>(quota).unwrap(),
+            BatchLimit::for_quota::<LeakyBucket>(quota).unwrap(),
+            BatchLimit::for_quota::<FixedWindow>(quota).unwrap(),
+            BatchLimit::for_quota::<SlidingWindow>(quota).unwrap(),
+        ];
+        let codes: Vec<&str> = limits.iter().map(|l| l.kind.code()).collect();
+        assert_eq!(codes, ["g", "g", "f", "s"]);
+        for l in &limits {
+            assert_eq!(l.params.args().len(), 3, "{l:?}");
+            assert_eq!(l.capacity(), 3);
+        }
+    }
+
+    #[test]
+    fn a_key_twice_is_found() {
+        let l = BatchLimit::for_quota::<Gcra>(Quota::per_second(3).unwrap()).unwrap();
+        let keys = [
+            BatchKey::enforcing("a", &l),
+            BatchKey::shadow("b", &l),
+            BatchKey::enforcing("c", &l),
+        ];
+        assert_eq!(duplicate(&keys), None);
+        let keys = [keys[0], keys[1], BatchKey::shadow("a", &l)];
+        assert_eq!(duplicate(&keys), Some("a"));
+    }
+}

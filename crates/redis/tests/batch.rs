@@ -1,0 +1,827 @@
+//! `RedisBatch`: several keys of mixed algorithms decided as one request in one script call, against
+//! a real `redis-server` each test starts on its own loopback port.
+
+mod common;
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use common::RedisServer;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use redis::aio::MultiplexedConnection;
+use tollgate_core::{
+    Algorithm, CheckError, Decision, FixedWindow, Gcra, LeakyBucket, Nanos, Quota, SlidingWindow,
+    Transition,
+};
+use tollgate_redis::{
+    BatchKey, BatchLimit, BreakerConfig, BreakerState, Error, RedisBatch, RedisConfig,
+    RedisEncoding, RedisLimiter, Storage, admitted, connect,
+};
+
+/// Around 2023 in µs since the Unix epoch, so the scripts see realistic magnitudes.
+const EPOCH_US: u64 = 1_700_000_000_000_000;
+
+async fn raw(server: &RedisServer) -> MultiplexedConnection {
+    redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+fn config() -> RedisConfig {
+    RedisConfig::default()
+        .with_prefix("t:")
+        .with_timeout(Duration::from_secs(2))
+}
+
+fn batch(server: &RedisServer) -> RedisBatch {
+    let cfg = config();
+    RedisBatch::new(connect(&server.url(), &cfg).unwrap(), cfg)
+}
+
+/// One key's algorithm in process: the oracle.
+#[derive(Clone, Debug)]
+enum Model {
+    Gcra(Gcra),
+    Leaky(LeakyBucket),
+    Fixed(FixedWindow),
+    Sliding(SlidingWindow),
+}
+
+macro_rules! each {
+    ($m:expr, $a:ident => $e:expr) => {
+        match $m {
+            Model::Gcra($a) => $e,
+            Model::Leaky($a) => $e,
+            Model::Fixed($a) => $e,
+            Model::Sliding($a) => $e,
+        }
+    };
+}
+
+fn build<A: RedisEncoding>(quota: Quota) -> A {
+    A::from_quota(A::redis_quota(quota).unwrap()).unwrap()
+}
+
+impl Model {
+    /// A random algorithm on a random quota (windows of whole µs, any GCRA interval).
+    fn random(rng: &mut StdRng) -> Model {
+        match rng.random_range(0..4) {
+            0 | 1 => {
+                let interval_ns = rng.random_range(1_000..=500_000_000u64);
+                let limit = rng.random_range(1..=20u64);
+                let quota = Quota::per(Duration::from_nanos(interval_ns * limit), limit)
+                    .unwrap()
+                    .with_burst(rng.random_range(1..=30))
+                    .unwrap();
+                if rng.random_bool(0.5) {
+                    Model::Gcra(build(quota))
+                } else {
+                    Model::Leaky(build(quota))
+                }
+            }
+            k => {
+                let window_us = rng.random_range(1_000..=3_000_000u64);
+                // limit <= window in µs, so the sliding window's µs waits are the core's rounded up.
+                let limit = rng.random_range(1..=40u64.min(window_us));
+                let quota = Quota::per(Duration::from_micros(window_us), limit).unwrap();
+                if k == 2 {
+                    Model::Fixed(build(quota))
+                } else {
+                    Model::Sliding(build(quota))
+                }
+            }
+        }
+    }
+
+    fn limit(&self) -> BatchLimit {
+        each!(self, a => BatchLimit::new(a).unwrap())
+    }
+
+    fn capacity(&self) -> u64 {
+        each!(self, a => a.capacity())
+    }
+
+    fn decide(&self, word: u64, now: Nanos, cost: u64) -> Transition {
+        let mut t = each!(self, a => a.decide(word, now, cost).unwrap());
+        if let Model::Sliding(_) = self {
+            t.decision = round_up_us(t.decision);
+        }
+        t
+    }
+
+    fn storage(&self) -> Storage {
+        match self {
+            Model::Gcra(_) => Gcra::STORAGE,
+            Model::Leaky(_) => LeakyBucket::STORAGE,
+            Model::Fixed(_) => FixedWindow::STORAGE,
+            Model::Sliding(_) => SlidingWindow::STORAGE,
+        }
+    }
+
+    fn encode(&self, word: u64) -> Vec<String> {
+        each!(self, a => a.encode(word))
+    }
+
+    fn decode(&self, values: &[Option<String>]) -> u64 {
+        each!(self, a => a.decode(values).unwrap())
+    }
+
+    fn ttl(&self, word: u64, now: Nanos) -> Nanos {
+        each!(self, a => a.ttl(word, now))
+    }
+}
+
+/// The core's decision with durations rounded up to whole µs (what the µs scripts report).
+fn round_up_us(d: Decision) -> Decision {
+    let up = |d: Duration| Duration::from_micros(d.as_nanos().div_ceil(1000) as u64);
+    match d {
+        Decision::Allowed {
+            remaining,
+            reset_after,
+        } => Decision::Allowed {
+            remaining,
+            reset_after: up(reset_after),
+        },
+        Decision::Denied {
+            retry_after,
+            reset_after,
+        } => Decision::Denied {
+            retry_after: up(retry_after),
+            reset_after: up(reset_after),
+        },
+    }
+}
+
+/// Adds to `p` the commands that store `word` under `key` as `model` encodes it, with no TTL.
+fn seed(p: &mut redis::Pipeline, model: &Model, key: &str, word: u64) {
+    p.del(key).ignore();
+    if word != 0 {
+        let values = model.encode(word);
+        match model.storage() {
+            Storage::String => p.set(key, &values[0]).ignore(),
+            Storage::Hash(fields) => {
+                let pairs: Vec<(&str, &String)> = fields.iter().copied().zip(&values).collect();
+                p.hset_multiple(key, &pairs).ignore()
+            }
+        };
+    }
+}
+
+/// The stored values of `key` as `model` stores them (`None`: absent).
+async fn stored(conn: &mut MultiplexedConnection, model: &Model, key: &str) -> Vec<Option<String>> {
+    match model.storage() {
+        Storage::String => {
+            let v: Option<String> = redis::cmd("GET").arg(key).query_async(conn).await.unwrap();
+            vec![v]
+        }
+        Storage::Hash(fields) => redis::cmd("HMGET")
+            .arg(key)
+            .arg(fields)
+            .query_async(conn)
+            .await
+            .unwrap(),
+    }
+}
+
+/// The oracle: on random sequences of requests (1-4 keys drawn from a pool of keys of mixed
+/// algorithms and quotas, each enforcing or shadow; random costs, including above a key's
+/// capacity; explicit `now`s mostly forward, sometimes backwards; some peeks), every key's decision
+/// equals the core's `decide` on that key's state, and the keys' states move to the core's next
+/// states exactly when every enforcing key admitted (and it is not a peek), else stay as they were.
+/// A cost above an enforcing key's capacity is `Error::Cost` and writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_decisions_equal_the_core_deciding_each_key_and_committing_all_or_nothing() {
+    let server = RedisServer::start();
+    let mut conn = raw(&server).await;
+    let batch = batch(&server);
+    let mut rng = StdRng::seed_from_u64(26);
+    let (mut admitted_n, mut denied_n, mut cost_errors, mut shadow_saved) = (0, 0, 0, 0);
+    for round in 0..6 {
+        let pool: Vec<(String, Model)> = (0..6)
+            .map(|i| (format!("r{round}k{i}"), Model::random(&mut rng)))
+            .collect();
+        let limits: Vec<BatchLimit> = pool.iter().map(|(_, m)| m.limit()).collect();
+        let mut states = vec![0u64; pool.len()];
+        let mut now_us = EPOCH_US + rng.random_range(0..10_000_000);
+        for step in 0..250 {
+            now_us = match rng.random_range(0..100) {
+                0..20 => now_us,
+                20..80 => now_us + rng.random_range(0..=200_000),
+                80..95 => now_us + rng.random_range(0..=5_000_000),
+                _ => now_us.saturating_sub(rng.random_range(0..=300_000)),
+            };
+            let now = now_us * 1000;
+            // 1-4 distinct keys of the pool, in random order.
+            let n = rng.random_range(1..=4);
+            let mut picked: Vec<usize> = Vec::with_capacity(n);
+            while picked.len() < n {
+                let i = rng.random_range(0..pool.len());
+                if !picked.contains(&i) {
+                    picked.push(i);
+                }
+            }
+            let enforcing: Vec<bool> = picked.iter().map(|_| rng.random_bool(0.7)).collect();
+            let max_cap = picked.iter().map(|&i| pool[i].1.capacity()).max().unwrap();
+            let cost = match rng.random_range(0..100) {
+                0..55 => 1,
+                55..85 => rng.random_range(1..=max_cap),
+                85..92 => 0,
+                _ => max_cap + rng.random_range(0..3),
+            };
+            let peek = rng.random_bool(0.15);
+
+            // Every key of the pool holds the model's state, with no TTL (real time cannot age it).
+            let mut p = redis::pipe();
+            p.atomic();
+            for ((key, model), &state) in pool.iter().zip(&states) {
+                seed(&mut p, model, &format!("t:{key}"), state);
+            }
+            let _: () = p.query_async(&mut conn).await.unwrap();
+
+            let keys: Vec<BatchKey<'_>> = picked
+                .iter()
+                .zip(&enforcing)
+                .map(|(&i, &e)| BatchKey {
+                    key: &pool[i].0,
+                    limit: &limits[i],
+                    enforcing: e,
+                })
+                .collect();
+            let got = if peek {
+                batch.try_peek_at(&keys, now, cost).await
+            } else {
+                batch.try_check_at(&keys, now, cost).await
+            };
+            let ctx = format!(
+                "round {round} step {step}: now_us {now_us} cost {cost} peek {peek} keys {picked:?} \
+                 enforcing {enforcing:?}"
+            );
+
+            // The oracle: each key decided in process, committed only when every enforcing one admits.
+            let too_big = picked
+                .iter()
+                .zip(&enforcing)
+                .find(|&(&i, &e)| e && cost > pool[i].1.capacity());
+            let mut next = states.clone();
+            match too_big {
+                Some((&i, _)) => {
+                    let capacity = pool[i].1.capacity();
+                    // The first enforcing key that can never admit it is named.
+                    assert!(
+                        matches!(
+                            got,
+                            Err(Error::Cost(CheckError::CostExceedsCapacity { cost: c, capacity: k }))
+                                if c == cost && k == capacity
+                        ),
+                        "{ctx}: {got:?}"
+                    );
+                    cost_errors += 1;
+                }
+                None => {
+                    let got = got.unwrap_or_else(|e| panic!("{ctx}: {e}"));
+                    let mut want = Vec::new();
+                    let mut transitions = Vec::new();
+                    for &i in &picked {
+                        let (_, model) = &pool[i];
+                        if cost > model.capacity() {
+                            want.push(Decision::denied(Nanos::MAX, Nanos::MAX));
+                            transitions.push(None);
+                        } else {
+                            let t = model.decide(states[i], now, cost);
+                            want.push(t.decision);
+                            transitions.push(t.next);
+                        }
+                    }
+                    assert_eq!(got, want, "{ctx}");
+                    let all = admitted(&keys, &got);
+                    assert_eq!(
+                        all,
+                        want.iter()
+                            .zip(&enforcing)
+                            .all(|(d, &e)| !e || d.is_allowed()),
+                        "{ctx}"
+                    );
+                    if all {
+                        admitted_n += 1;
+                    } else {
+                        denied_n += 1;
+                        if picked
+                            .iter()
+                            .zip(&enforcing)
+                            .zip(&got)
+                            .any(|((_, &e), d)| !e && d.is_allowed())
+                        {
+                            shadow_saved += 1;
+                        }
+                    }
+                    if all && !peek {
+                        for (&i, t) in picked.iter().zip(&transitions) {
+                            if let Some(word) = t {
+                                next[i] = *word;
+                            }
+                        }
+                    }
+                }
+            }
+
+            // Every key of the pool now holds exactly the oracle's state.
+            for (i, (key, model)) in pool.iter().enumerate() {
+                let full = format!("t:{key}");
+                let values = stored(&mut conn, model, &full).await;
+                let word = if values.iter().all(Option::is_none) {
+                    0
+                } else {
+                    model.decode(&values)
+                };
+                if next[i] != states[i] {
+                    let pttl: i64 = redis::cmd("PTTL")
+                        .arg(&full)
+                        .query_async(&mut conn)
+                        .await
+                        .unwrap();
+                    let want_ms = model.ttl(next[i], now).div_ceil(1_000_000).max(1) as i64;
+                    if word == 0 && want_ms <= 100 {
+                        // A key that short-lived may be gone in real time already.
+                        continue;
+                    }
+                    assert!(
+                        pttl <= want_ms && pttl > want_ms - 1000,
+                        "{ctx}: key {i}: PTTL {pttl} ms, want {want_ms} ms"
+                    );
+                }
+                assert_eq!(word, next[i], "{ctx}: key {i} state");
+            }
+            states = next;
+        }
+    }
+    // The traces must have exercised every outcome to mean anything.
+    assert!(
+        admitted_n > 200 && denied_n > 100 && cost_errors > 20 && shadow_saved > 5,
+        "{admitted_n} admitted, {denied_n} denied, {cost_errors} cost errors, {shadow_saved} \
+         denials with an admitting shadow key"
+    );
+}
+
+/// `INFO commandstats` as (command, calls), `info` itself left out.
+async fn command_calls(conn: &mut MultiplexedConnection) -> HashMap<String, u64> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .unwrap();
+    info.lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix("cmdstat_")?;
+            let (name, stats) = rest.split_once(':')?;
+            let calls = stats.strip_prefix("calls=")?.split(',').next()?;
+            Some((name.to_owned(), calls.parse().ok()?))
+        })
+        .filter(|(name, _)| name != "info")
+        .collect()
+}
+
+/// A `MONITOR` connection: every command the server runs, a client's or a script's, one line each.
+struct Monitor(BufReader<TcpStream>);
+
+impl Monitor {
+    fn start(server: &RedisServer) -> Monitor {
+        let mut stream = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        stream.write_all(b"MONITOR\r\n").unwrap();
+        let mut reader = BufReader::new(stream);
+        let mut ok = String::new();
+        reader.read_line(&mut ok).unwrap();
+        assert_eq!(ok, "+OK\r\n");
+        Monitor(reader)
+    }
+
+    /// The commands clients sent (not those scripts ran, tagged `lua`) up to the `ECHO` of `marker`,
+    /// as their names.
+    fn client_commands_until(&mut self, marker: &str) -> Vec<String> {
+        let mut names = Vec::new();
+        loop {
+            let mut line = String::new();
+            self.0.read_line(&mut line).unwrap();
+            assert!(!line.is_empty(), "MONITOR closed");
+            if line.contains(marker) {
+                return names;
+            }
+            // +<time> [<db> <client>] "<command>" "<arg>" ...
+            let Some((source, command)) = line.split_once("] ") else {
+                continue;
+            };
+            if !source.ends_with(" lua") {
+                names.push(command.split('"').nth(1).unwrap_or("").to_lowercase());
+            }
+        }
+    }
+}
+
+/// One request of four keys (every algorithm), admitted or denied, is one Redis command: one
+/// `EVALSHA` in `INFO commandstats` (no `EVAL`, no `SCRIPT LOAD`; the other commands counted there
+/// are the script's own, which `MONITOR` shows tagged `lua`), and nothing else a client sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_request_is_one_evalsha() {
+    let server = RedisServer::start();
+    let mut conn = raw(&server).await;
+    let batch = batch(&server);
+    let quota = Quota::per_second(2).unwrap();
+    let limits = [
+        BatchLimit::new(&Gcra::from_quota(quota).unwrap()).unwrap(),
+        BatchLimit::new(&LeakyBucket::from_quota(quota).unwrap()).unwrap(),
+        BatchLimit::new(&FixedWindow::from_quota(quota).unwrap()).unwrap(),
+        BatchLimit::new(&SlidingWindow::from_quota(quota).unwrap()).unwrap(),
+    ];
+    let names = ["{u}:g", "{u}:l", "{u}:f", "{u}:s"];
+    let keys: Vec<BatchKey<'_>> = names
+        .iter()
+        .zip(&limits)
+        .map(|(k, l)| BatchKey::enforcing(k, l))
+        .collect();
+    let now = EPOCH_US * 1000;
+    // The first call loads the script (NOSCRIPT, SCRIPT LOAD, EVALSHA).
+    assert!(admitted(
+        &keys,
+        &batch.try_check_at(&keys, now, 1).await.unwrap()
+    ));
+    let mut monitor = Monitor::start(&server);
+    let mut outcomes = Vec::new();
+    for round in 0..3 {
+        let before = command_calls(&mut conn).await;
+        let decisions = batch.try_check_at(&keys, now, 1).await.unwrap();
+        let after = command_calls(&mut conn).await;
+        let marker = format!("tollgate-marker-{round}");
+        let _: String = redis::cmd("ECHO")
+            .arg(&marker)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        outcomes.push(admitted(&keys, &decisions));
+        let delta = |name: &str| after.get(name).unwrap_or(&0) - before.get(name).unwrap_or(&0);
+        assert_eq!(
+            (delta("evalsha"), delta("eval"), delta("script|load")),
+            (1, 0, 0),
+            "{decisions:?}"
+        );
+        // What a client sent since the last marker, the test's INFOs aside: the batch's EVALSHA.
+        let mut sent = monitor.client_commands_until(&marker);
+        sent.retain(|name| name != "info");
+        assert_eq!(sent, ["evalsha"], "round {round}");
+    }
+    // The second of quota 2 passed, then the third was denied: both outcomes were counted.
+    assert_eq!(outcomes, [true, false, false]);
+}
+
+/// The key's DUMP and PTTL (`None`: absent), to check that nothing was written.
+async fn dump(conn: &mut MultiplexedConnection, key: &str) -> (Option<Vec<u8>>, i64) {
+    redis::pipe()
+        .cmd("DUMP")
+        .arg(key)
+        .pttl(key)
+        .query_async(conn)
+        .await
+        .unwrap()
+}
+
+/// A key of a foreign type, or holding state no script can have written, among a request's keys
+/// fails the whole call naming that key, wherever it stands, and leaves every key as it was (the
+/// keys before it would have admitted).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_or_corrupt_key_fails_the_call_and_writes_nothing() {
+    let server = RedisServer::start();
+    let mut conn = raw(&server).await;
+    let batch = batch(&server);
+    let quota = Quota::per_second(5).unwrap();
+    let gcra = BatchLimit::new(&Gcra::from_quota(quota).unwrap()).unwrap();
+    let fixed = BatchLimit::new(&FixedWindow::from_quota(quota).unwrap()).unwrap();
+    let sliding = BatchLimit::new(&SlidingWindow::from_quota(quota).unwrap()).unwrap();
+    let now = EPOCH_US * 1000;
+    // Three keys with admissions on them already (so they hold state and TTLs).
+    let good = [
+        BatchKey::enforcing("a", &gcra),
+        BatchKey::shadow("b", &fixed),
+        BatchKey::enforcing("c", &sliding),
+    ];
+    assert!(admitted(
+        &good,
+        &batch.try_check_at(&good, now, 1).await.unwrap()
+    ));
+    // Without their TTLs, so that DUMP and PTTL compare exactly.
+    for k in ["t:a", "t:b", "t:c"] {
+        let persisted: bool = redis::cmd("PERSIST")
+            .arg(k)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(persisted, "{k}");
+    }
+    // A list where a GCRA string or a window hash is stored: WRONGTYPE.
+    let _: () = redis::cmd("RPUSH")
+        .arg("t:list")
+        .arg("x")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    // A hash a fixed window cannot have written.
+    let _: () = redis::cmd("HSET")
+        .arg("t:bad")
+        .arg("i")
+        .arg("x")
+        .arg("c")
+        .arg("1")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let all = ["t:a", "t:b", "t:c", "t:list", "t:bad"];
+    let mut before = Vec::new();
+    for k in all {
+        before.push(dump(&mut conn, k).await);
+    }
+    for position in 0..=3 {
+        for (foreign, limit, want) in [
+            ("list", &gcra, "wrong"),
+            ("list", &fixed, "wrong"),
+            ("list", &sliding, "wrong"),
+            ("bad", &fixed, "corrupt"),
+            ("bad", &sliding, "corrupt"),
+        ] {
+            let mut keys = good.to_vec();
+            keys.insert(position, BatchKey::enforcing(foreign, limit));
+            for peek in [false, true] {
+                let got = if peek {
+                    batch.try_peek_at(&keys, now, 1).await
+                } else {
+                    batch.try_check_at(&keys, now, 1).await
+                };
+                let full = format!("t:{foreign}");
+                match (&got, want) {
+                    (Err(e @ Error::WrongType { key, .. }), "wrong") => {
+                        assert_eq!(key, &full);
+                        assert!(e.is_config() && !e.is_outage(), "{e}");
+                    }
+                    (Err(Error::CorruptState { key, reason }), "corrupt") => {
+                        assert_eq!(key, &full);
+                        assert!(!reason.is_empty() && !reason.contains(&full), "{reason}");
+                    }
+                    _ => panic!("{foreign} at {position}: want {want}, got {got:?}"),
+                }
+            }
+            for (k, b) in all.iter().zip(&before) {
+                assert_eq!(&dump(&mut conn, k).await, b, "{k} was written");
+            }
+        }
+    }
+    // Without the foreign key the same request goes through, and a shadow foreign key fails it too.
+    assert!(admitted(
+        &good,
+        &batch.try_check_at(&good, now, 1).await.unwrap()
+    ));
+    let mut keys = good.to_vec();
+    keys.push(BatchKey::shadow("list", &gcra));
+    assert!(matches!(
+        batch.try_check_at(&keys, now, 1).await,
+        Err(Error::WrongType { .. })
+    ));
+}
+
+/// A cost above an enforcing key's capacity is `Error::Cost` with nothing written, however many
+/// other keys would admit it; above a shadow key's capacity it is that key's denial "never", and
+/// the others decide. The same key twice is refused before any round trip.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cost_an_enforcing_key_can_never_admit_writes_nothing() {
+    let server = RedisServer::start();
+    let mut conn = raw(&server).await;
+    let batch = batch(&server);
+    let small = BatchLimit::new(&Gcra::from_quota(Quota::per_second(3).unwrap()).unwrap()).unwrap();
+    let big = BatchLimit::new(&FixedWindow::from_quota(Quota::per_second(100).unwrap()).unwrap())
+        .unwrap();
+    assert_eq!((small.capacity(), big.capacity()), (3, 100));
+    let now = EPOCH_US * 1000;
+    let keys = [
+        BatchKey::enforcing("big", &big),
+        BatchKey::enforcing("small", &small),
+    ];
+    for peek in [false, true] {
+        let got = if peek {
+            batch.try_peek_at(&keys, now, 4).await
+        } else {
+            batch.try_check_at(&keys, now, 4).await
+        };
+        assert!(
+            matches!(
+                got,
+                Err(Error::Cost(CheckError::CostExceedsCapacity {
+                    cost: 4,
+                    capacity: 3
+                }))
+            ),
+            "{got:?}"
+        );
+    }
+    let size: u64 = redis::cmd("DBSIZE").query_async(&mut conn).await.unwrap();
+    assert_eq!(size, 0, "something was written");
+    // The small key as a shadow: denied for good, not sent; the big one admits and is written.
+    let keys = [
+        BatchKey::enforcing("big", &big),
+        BatchKey::shadow("small", &small),
+    ];
+    let got = batch.try_check_at(&keys, now, 4).await.unwrap();
+    assert_eq!(
+        got,
+        [
+            Decision::allowed(96, 1_000_000_000 - (EPOCH_US * 1000) % 1_000_000_000),
+            Decision::denied(Nanos::MAX, Nanos::MAX),
+        ]
+    );
+    let keys_now: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(keys_now, ["t:big"]);
+    // Only shadow keys that can never admit: no round trip, all denied for good.
+    let keys = [BatchKey::shadow("small", &small)];
+    assert_eq!(
+        batch.try_check_at(&keys, now, 4).await.unwrap(),
+        [Decision::denied(Nanos::MAX, Nanos::MAX)]
+    );
+    // The same key twice.
+    let keys = [
+        BatchKey::enforcing("x", &big),
+        BatchKey::shadow("x", &small),
+    ];
+    match batch.try_check_at(&keys, now, 1).await {
+        Err(e @ Error::DuplicateKey { .. }) => assert!(e.is_config(), "{e}"),
+        other => panic!("want DuplicateKey, got {other:?}"),
+    }
+    let size: u64 = redis::cmd("DBSIZE").query_async(&mut conn).await.unwrap();
+    assert_eq!(size, 1);
+}
+
+/// Keys of any bytes and any length (CR LF, spaces, braces, quotes, `: ` and ` script: ` as in
+/// Redis's error text, non-ASCII, 64 KiB) are decided like any other, and a corrupt one is still
+/// named exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_of_any_bytes_and_length_never_break_it() {
+    let server = RedisServer::start();
+    let mut conn = raw(&server).await;
+    let batch = batch(&server);
+    let limit = BatchLimit::new(&SlidingWindow::from_quota(Quota::per_second(2).unwrap()).unwrap())
+        .unwrap();
+    let long = "k".repeat(64 * 1024);
+    let names = [
+        "a\r\nb",
+        " ",
+        "",
+        "{x}}{",
+        "\"'%s%d\\",
+        "a: b script: c, on @user_script:1.",
+        "TOLLGATE_KEY 1 WRONGTYPE",
+        "ключ🔑",
+        "\0nul",
+        long.as_str(),
+    ];
+    let keys: Vec<BatchKey<'_>> = names
+        .iter()
+        .map(|n| BatchKey::enforcing(n, &limit))
+        .collect();
+    let now = EPOCH_US * 1000;
+    for round in 0..3 {
+        let got = batch.try_check_at(&keys, now, 1).await.unwrap();
+        assert_eq!(admitted(&keys, &got), round < 2, "round {round}: {got:?}");
+    }
+    for n in names {
+        let c: Option<String> = redis::cmd("HGET")
+            .arg(format!("t:{n}"))
+            .arg("c")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(c.as_deref(), Some("2"), "{n:?}");
+    }
+    // Many keys in one call.
+    let many: Vec<String> = (0..300).map(|i| format!("{{m}}:{i}")).collect();
+    let keys_many: Vec<BatchKey<'_>> = many
+        .iter()
+        .map(|n| BatchKey::enforcing(n, &limit))
+        .collect();
+    let got = batch.try_check_at(&keys_many, now, 2).await.unwrap();
+    assert!(admitted(&keys_many, &got));
+    assert_eq!(got.len(), 300);
+    assert!(!admitted(
+        &keys_many,
+        &batch.try_check_at(&keys_many, now, 1).await.unwrap()
+    ));
+    // Each odd key made corrupt in turn: the error names it.
+    for (i, n) in names.iter().enumerate() {
+        let full = format!("t:{n}");
+        let _: () = redis::cmd("HSET")
+            .arg(&full)
+            .arg("c")
+            .arg("x")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        match batch.try_peek_at(&keys, now, 1).await {
+            Err(Error::CorruptState { key, .. }) => assert_eq!(key, full, "key {i}"),
+            other => panic!("key {i}: {other:?}"),
+        }
+        let _: () = redis::cmd("HSET")
+            .arg(&full)
+            .arg("c")
+            .arg("2")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+}
+
+/// A batch and a `RedisLimiter` with the same prefix and quota share the key's state:
+/// `RedisLimiter::batch_limit` is the limiter's own script parameters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_and_a_limiter_share_state() {
+    let server = RedisServer::start();
+    let batch = batch(&server);
+    let cfg = config();
+    // 3/s: an emission interval that is not whole µs.
+    let limiter = RedisLimiter::<LeakyBucket>::new(
+        connect(&server.url(), &cfg).unwrap(),
+        Quota::per_second(3).unwrap(),
+        cfg,
+    )
+    .unwrap();
+    let limit = limiter.batch_limit();
+    let now = EPOCH_US * 1000;
+    assert!(
+        limiter
+            .try_check_at("k", now, 2)
+            .await
+            .unwrap()
+            .is_allowed()
+    );
+    let keys = [BatchKey::enforcing("k", &limit)];
+    let got = batch.try_check_at(&keys, now, 1).await.unwrap();
+    assert_eq!(got[0].remaining(), 0, "{got:?}");
+    assert!(!limiter.try_peek_at("k", now, 1).await.unwrap().is_allowed());
+    assert_eq!(
+        batch.try_peek_at(&keys, now, 1).await.unwrap()[0],
+        limiter.try_peek_at("k", now, 1).await.unwrap()
+    );
+}
+
+/// A batch runs under the circuit breaker like a limiter: a dead server gives outage errors, then,
+/// after `failures` of them, `CircuitOpen` without touching the network; once the server is back,
+/// a probe closes the breaker and the batch decides again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_runs_under_the_circuit_breaker() {
+    let mut server = RedisServer::start();
+    let cfg = config()
+        .with_timeout(Duration::from_millis(300))
+        .with_breaker(BreakerConfig {
+            failures: 3,
+            probe_interval: Duration::from_millis(20),
+        });
+    let batch = RedisBatch::new(connect(&server.url(), &cfg).unwrap(), cfg);
+    let limit = BatchLimit::for_quota::<Gcra>(Quota::per_second(100).unwrap()).unwrap();
+    let keys = [
+        BatchKey::enforcing("{b}:1", &limit),
+        BatchKey::shadow("{b}:2", &limit),
+    ];
+    assert!(batch.try_check(&keys, 1).await.unwrap()[0].is_allowed());
+    server.kill();
+    for i in 0..3 {
+        match batch.try_check(&keys, 1).await {
+            Err(e) if e.is_outage() && !matches!(e, Error::CircuitOpen) => {}
+            other => panic!("call {i}: want an outage, got {other:?}"),
+        }
+    }
+    assert!(matches!(
+        batch.try_check(&keys, 1).await,
+        Err(Error::CircuitOpen)
+    ));
+    assert_eq!(batch.breaker().state, BreakerState::Open);
+    server.restart();
+    let t0 = Instant::now();
+    loop {
+        match batch.try_check(&keys, 1).await {
+            Ok(d) => {
+                assert!(d[0].is_allowed(), "{d:?}");
+                break;
+            }
+            Err(e) => assert!(
+                e.is_outage() && t0.elapsed() < Duration::from_secs(5),
+                "not back after {:?}: {e}",
+                t0.elapsed()
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await; // bounded poll for the restart
+    }
+    assert_eq!(batch.breaker().state, BreakerState::Closed);
+}
