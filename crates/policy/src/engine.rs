@@ -393,7 +393,8 @@ pub(crate) async fn decide_all_async<S: AsyncStore>(
         .collect()
 }
 
-/// [`pass`] against a store behind a round trip: one round trip per applicable rule.
+/// [`pass`] against a store behind a round trip: one round trip for the whole request where the
+/// store decides a batch atomically, else one per applicable rule.
 #[cfg(feature = "redis")]
 async fn pass_async<S: AsyncStore>(
     set: &RuleSet,
@@ -403,6 +404,9 @@ async fn pass_async<S: AsyncStore>(
     now: Option<Nanos>,
     cost: u64,
 ) -> (Tally<S::Receipt>, Option<PolicyError>) {
+    if let Some(passed) = pass_batch(set, store, values, dry, now, cost).await {
+        return passed;
+    }
     let mut tally: Tally<S::Receipt> = Tally::new();
     for i in 0..set.rules.len() {
         let mut buf = KeyBuf::new();
@@ -426,6 +430,81 @@ async fn pass_async<S: AsyncStore>(
         }
     }
     (tally, None)
+}
+
+/// One request's rules in one atomic batch, when the store has one (`None` otherwise). The
+/// script writes only when every enforcing rule admits, so a denial needs no refund; an admitted
+/// request's admissions are listed (for a group that is refused later).
+#[cfg(feature = "redis")]
+async fn pass_batch<S: AsyncStore>(
+    set: &RuleSet,
+    store: &S,
+    values: &Values<'_>,
+    dry: bool,
+    now: Option<Nanos>,
+    cost: u64,
+) -> Option<(Tally<S::Receipt>, Option<PolicyError>)>
+where
+    S::Receipt: Default,
+{
+    let mut keys: SmallVec<[(usize, KeyBuf); 8]> = SmallVec::new();
+    for i in 0..set.rules.len() {
+        let mut buf = KeyBuf::new();
+        if let Some(at) = rule_key(set, i, values, &mut buf) {
+            let key = KeyBuf::from_slice(at.key);
+            keys.push((i, key));
+        }
+    }
+    let rules: SmallVec<[(RuleKey<'_>, bool); 8]> = keys
+        .iter()
+        .filter_map(|(i, key)| {
+            let at = rule_key_of(set, *i, key)?;
+            Some((at, set.rules[*i].enforced(dry)))
+        })
+        .collect();
+    let mut tally: Tally<S::Receipt> = Tally::new();
+    let answers = match store.check_batch(&rules, now, cost).await? {
+        Ok(answers) => answers,
+        Err((i, error)) => {
+            let rule = &set.rules[rules[i].0.index];
+            let capacity = match error {
+                CheckError::CostExceedsCapacity { capacity, .. } => capacity,
+                _ => 0,
+            };
+            let error = PolicyError::CostExceedsCapacity {
+                rule: rule.name,
+                cost,
+                capacity,
+            };
+            return Some((tally, Some(error)));
+        }
+    };
+    let committed = rules
+        .iter()
+        .zip(&answers)
+        .all(|((_, enforced), answer)| !enforced || answer.is_none_or(|d| d.is_allowed()));
+    for ((at, enforced), answer) in rules.iter().zip(answers) {
+        let receipt = committed.then(S::Receipt::default);
+        let result = Ok(answer.map(|d| (d, receipt)));
+        if let Err(error) = tally.record(set, at.index, at, *enforced, cost, result, None) {
+            return Some((tally, Some(error)));
+        }
+    }
+    Some((tally, None))
+}
+
+/// Rule `i`'s [`RuleKey`] for key bytes built earlier.
+#[cfg(feature = "redis")]
+fn rule_key_of<'a>(set: &RuleSet, i: usize, key: &'a [u8]) -> Option<RuleKey<'a>> {
+    let rule = &set.rules[i];
+    Some(RuleKey {
+        index: i,
+        rule: rule.name,
+        algorithm: rule.algorithm,
+        quota: rule.effective_for(key),
+        key,
+        composite: rule.key.len() > 1,
+    })
 }
 
 /// [`conclude`] for a store behind a round trip: `t` from the admission alone.

@@ -15,8 +15,8 @@ use tollgate_core::{
     CheckError, Decision, FixedWindow, Gcra, LeakyBucket, Nanos, Quota, SlidingWindow,
 };
 use tollgate_redis::{
-    BreakerConfig, ConnectionManager, Error, FaultPolicy, LeaseConfig, LeasedLimiter, RedisConfig,
-    RedisLimiter,
+    BatchKey, BatchLimit, BreakerConfig, ConnectionManager, Error, FaultPolicy, LeaseConfig,
+    LeasedLimiter, RedisBatch, RedisConfig, RedisLimiter,
 };
 
 use crate::config::{AlgorithmKind, ConfigError, ConfigErrorKind, PolicyConfig};
@@ -24,7 +24,7 @@ use crate::engine::{self, Decided};
 use crate::policy::{Descriptors, PolicyDecision, PolicyError};
 use crate::rules::RuleSet;
 use crate::stats::PolicySnapshot;
-use crate::store::{AsyncStore, RuleKey, next_unit};
+use crate::store::{AsyncStore, BatchAnswer, RuleKey, next_unit};
 use crate::sync::{AtomicBool, Ordering};
 
 /// How a [`RedisPolicy`] keeps its rules' state in Redis.
@@ -84,6 +84,9 @@ struct Spec {
 struct QuotaLimiter {
     spec: Spec,
     limiter: Limiter,
+    /// Per request mode: the algorithm and quota as one key of a [`RedisBatch`], and the key's
+    /// name under the batch's prefix (`<rule>:<algorithm>:`).
+    batch: Option<(BatchLimit, String)>,
 }
 
 impl QuotaLimiter {
@@ -171,6 +174,10 @@ struct RuleLimiters {
 /// Every rule's Redis limiters, indexed like the rule set.
 pub(crate) struct RedisStore {
     rules: Box<[RuleLimiters]>,
+    /// Per request mode: every rule of a request in one script (`None` in lease mode).
+    batch: Option<RedisBatch>,
+    /// What the batch was built with (a reload with other settings builds another).
+    batch_settings: RedisSettings,
     fail: FaultPolicy,
     labels: Vec<(String, String)>,
 }
@@ -218,12 +225,8 @@ impl RedisStore {
                     quotas.push(*q);
                 }
             }
-            let prefix = format!(
-                "{}{}:{}:",
-                settings.prefix,
-                rule.name,
-                label(rule.algorithm, &rule.quota)
-            );
+            let relative = format!("{}:{}:", rule.name, label(rule.algorithm, &rule.quota));
+            let prefix = format!("{}{relative}", settings.prefix);
             let config = RedisConfig::default()
                 .with_prefix(prefix.clone())
                 .with_timeout(settings.timeout)
@@ -264,15 +267,45 @@ impl RedisStore {
                                 Limiter::Sliding(RedisLimiter::new(conn, quota, c).map_err(err)?)
                             }
                         };
-                        Arc::new(QuotaLimiter { spec, limiter })
+                        let batch = match &limiter {
+                            Limiter::Gcra(l) => Some(l.batch_limit()),
+                            Limiter::Leaky(l) => Some(l.batch_limit()),
+                            Limiter::Fixed(l) => Some(l.batch_limit()),
+                            Limiter::Sliding(l) => Some(l.batch_limit()),
+                            Limiter::Lease(_) => None,
+                        }
+                        .map(|limit| (limit, relative.clone()));
+                        Arc::new(QuotaLimiter {
+                            spec,
+                            limiter,
+                            batch,
+                        })
                     }
                 };
                 by_quota.push((quota, limiter));
             }
             built.push(RuleLimiters { by_quota });
         }
+        // One batch per store: its breaker is the store's, over every rule.
+        let batch = old
+            .and_then(|o| o.batch.clone())
+            .filter(|_| {
+                settings.lease.is_none() && old.is_some_and(|o| o.batch_settings == *settings)
+            })
+            .or_else(|| {
+                settings.lease.is_none().then(|| {
+                    let config = RedisConfig::default()
+                        .with_prefix(settings.prefix.clone())
+                        .with_timeout(settings.timeout)
+                        .with_policy(settings.fail)
+                        .with_breaker(settings.breaker);
+                    RedisBatch::new(conn.clone(), config)
+                })
+            });
         Ok(RedisStore {
             rules: built.into_boxed_slice(),
+            batch,
+            batch_settings: settings.clone(),
             fail: settings.fail,
             labels: rules
                 .config
@@ -305,7 +338,7 @@ impl RedisStore {
         let cause = match error {
             Error::CircuitOpen => "circuit_open",
             Error::CorruptState { .. } => "corrupt",
-            Error::WrongType { .. } => "config",
+            Error::WrongType { .. } | Error::DuplicateKey { .. } => "config",
             _ => "outage",
         };
         let answer = match self.fail {
@@ -385,6 +418,49 @@ impl AsyncStore for RedisStore {
     fn next_unit(&self, at: &RuleKey<'_>, decision: &Decision) -> Option<Duration> {
         self.limiter(at).and_then(|l| l.next_unit(decision))
     }
+
+    async fn check_batch(
+        &self,
+        rules: &[(RuleKey<'_>, bool)],
+        now: Option<Nanos>,
+        cost: u64,
+    ) -> Option<BatchAnswer> {
+        let batch = self.batch.as_ref()?;
+        let mut names = Vec::with_capacity(rules.len());
+        let mut limits = Vec::with_capacity(rules.len());
+        for (at, enforced) in rules {
+            let (limit, relative) = self.limiter(at)?.batch.as_ref()?;
+            if *enforced && cost > limit.capacity() {
+                let error = CheckError::CostExceedsCapacity {
+                    cost,
+                    capacity: limit.capacity(),
+                };
+                return Some(Err((limits.len(), error)));
+            }
+            names.push(format!("{relative}{}", Self::key(at)));
+            limits.push(limit);
+        }
+        let keys: Vec<BatchKey<'_>> = names
+            .iter()
+            .zip(&limits)
+            .zip(rules)
+            .map(|((key, limit), (_, enforcing))| BatchKey {
+                key,
+                limit,
+                enforcing: *enforcing,
+            })
+            .collect();
+        let result = match now {
+            Some(now) => batch.try_check_at(&keys, now, cost).await,
+            None => batch.try_check(&keys, cost).await,
+        };
+        Some(match result {
+            Ok(decisions) => Ok(decisions.into_iter().map(Some).collect()),
+            Err(Error::Cost(error)) => Err((0, error)),
+            // Every rule answers by the fault policy, each counted.
+            Err(error) => Ok(rules.iter().map(|(at, _)| self.fault(at, &error)).collect()),
+        })
+    }
 }
 
 /// A rule set with its Redis state: what decisions load.
@@ -398,12 +474,18 @@ struct RedisLive {
 /// points at the same Redis and prefix.
 ///
 /// # Several rules in one request
-/// As in process: the request is admitted only if every enforcing rule admits, and when one denies,
-/// every rule that admitted gets its units back (a refund script per request mode; the lease mode
-/// gives the units back to the local lease). The rules are decided one round trip each, in config
-/// order, so between a rule's admission and its refund another request can see those units spent:
-/// that request is refused a little early, never admitted beyond the quota. A refund Redis cannot
-/// take (an outage) leaves the units spent: stricter, never looser.
+/// As in process: the request is admitted only if every enforcing rule admits, and a denied
+/// request consumes nothing anywhere.
+/// * **Per request** (no lease): every rule of the request in **one script call** (tollgate-redis's
+///   `RedisBatch`): all checked at one instant, every admission written only when every enforcing
+///   rule admits. Atomic and exact, one round trip, whatever the number of rules.
+/// * **Lease mode**: rule by rule, each on its local lease (a round trip only when a lease runs
+///   out); on a denial every rule that admitted gets its units back into its lease.
+/// * **A group** ([`check_all`](Self::check_all)): each request of the group as above, in order;
+///   when one is refused, what the others admitted is given back by refund scripts. Between an
+///   admission and its refund another caller can see those units spent: it is refused a little
+///   early, never admitted beyond the quota. A refund Redis cannot take (an outage) leaves the
+///   units spent: stricter, never looser.
 ///
 /// # Keys
 /// A rule's key `k` lives at `<prefix><rule>:<algorithm>:<k>`: `k` is the descriptor's value for a

@@ -65,7 +65,7 @@ pub(crate) trait Store {
 /// clock (Redis's `TIME`), `Some` is for simulation and tests.
 pub(crate) trait AsyncStore: Sync {
     /// What a refund needs besides the key.
-    type Receipt: Copy + Send + Sync;
+    type Receipt: Copy + Default + Send + Sync;
     /// As [`Store::check`].
     fn check(
         &self,
@@ -90,7 +90,24 @@ pub(crate) trait AsyncStore: Sync {
     ) -> impl Future<Output = ()> + Send;
     /// As [`Store::next_unit`], from the admission alone (no round trip).
     fn next_unit(&self, at: &RuleKey<'_>, decision: &Decision) -> Option<Duration>;
+
+    /// Decides every rule of one request in one round trip, atomically: each `(rule, enforced)`
+    /// checked (or peeked) at one instant, and every admission written only when every enforcing
+    /// rule admits. Per rule as [`check`](Self::check) answers (`None`: the store failed open for
+    /// it). `Err((i, _))`: enforcing rule `i` can never admit `cost`; nothing was written. `None`:
+    /// this store has no such call (the engine then goes rule by rule, refunding on a denial).
+    fn check_batch(
+        &self,
+        rules: &[(RuleKey<'_>, bool)],
+        now: Option<Nanos>,
+        cost: u64,
+    ) -> impl Future<Output = Option<BatchAnswer>> + Send;
 }
+
+/// Per rule of a batch, its decision (`None`: failed open), or the enforcing rule whose cost can
+/// never be admitted.
+#[cfg(feature = "redis")]
+pub(crate) type BatchAnswer = Result<Vec<Option<Decision>>, (usize, CheckError)>;
 
 /// In-process state: one limiter per rule (a bounded keyed table, an atomic word or a striped
 /// limiter), indexed like the rule set.

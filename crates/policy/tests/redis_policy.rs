@@ -305,3 +305,38 @@ async fn a_group_is_decided_as_one_on_redis_too() {
     assert!(policy.check(&a, 1).await.unwrap().0.is_allowed());
     assert!(!policy.check(&a, 1).await.unwrap().0.is_allowed());
 }
+
+/// `evalsha` calls Redis has counted so far.
+async fn evalsha_calls(conn: &mut ConnectionManager) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+#[tokio::test]
+async fn a_request_is_one_script_call_whatever_its_rules() {
+    let server = RedisServer::start();
+    let policy = RedisPolicy::new(
+        PolicyConfig::from_toml(RULES).unwrap(),
+        conn(&server),
+        settings(),
+    )
+    .unwrap();
+    let mut stats = conn(&server);
+    let request = [("user", "a"), ("route", "/api/x")];
+    // Warm: the script is loaded on first use (a SCRIPT LOAD, then EVALSHA).
+    assert!(policy.check(&request, 1).await.unwrap().0.is_allowed());
+    for expected_allowed in [true, false, false] {
+        let before = evalsha_calls(&mut stats).await;
+        let (decided, _) = policy.check(&request, 1).await.unwrap();
+        assert_eq!(decided.is_allowed(), expected_allowed);
+        // Four rules apply (per_user, per_user_route, global, watch): one call decides them all.
+        assert_eq!(evalsha_calls(&mut stats).await - before, 1);
+    }
+}

@@ -4,9 +4,11 @@
 //! what holds across a descriptor's rules and the fail policy); this module only turns the
 //! domain's `backend.redis` settings into one and shares connections between domains.
 //!
-//! Key layout: `<prefix><domain>:<rule>:<algorithm>:<key>`. Failures are counted in
-//! `tollgate_policy_store_failures_total{domain,rule,cause,answer}`; the breaker's state is
-//! tollgate-redis's `tollgate_redis_breaker_open{prefix}` gauge.
+//! Key layout: `<prefix><domain>:<rule>:<algorithm>:<key>`. Per request mode decides a
+//! descriptor's rules in one script call; lease mode rule by rule on local leases. Failures are
+//! counted in `tollgate_policy_store_failures_total{domain,rule,cause,answer}`; the breakers'
+//! state is tollgate-redis's `tollgate_redis_breaker_open{prefix}` gauge (per request: one breaker
+//! per domain, prefix `<prefix><domain>:`; lease mode: one per rule and quota).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;

@@ -306,11 +306,13 @@ async fn redis_killed_mid_run_gets_the_fail_policy_fast_and_recovers_after_resta
             open_circuit >= 1.0,
             "{domain}: circuit_open answers counted:\n{text}"
         );
-        let breaker = metric(
-            &text,
-            "tollgate_redis_breaker_open{",
-            &[&format!("prefix=\"tollgate:{domain}:{domain}_user:gcra:\"")],
-        );
+        // Lease mode: the rule's own limiter's breaker. Per request: the domain's one-script
+        // batch, whose prefix is the domain's.
+        let prefix = match domain {
+            "closed" => format!("prefix=\"tollgate:{domain}:{domain}_user:gcra:\""),
+            _ => format!("prefix=\"tollgate:{domain}:\""),
+        };
+        let breaker = metric(&text, "tollgate_redis_breaker_open{", &[&prefix]);
         assert_eq!(breaker, 1.0, "{domain}: breaker open gauge:\n{text}");
     }
 
@@ -331,11 +333,13 @@ async fn redis_killed_mid_run_gets_the_fail_policy_fast_and_recovers_after_resta
     }
     let (_, _, text) = server.http("GET", "/metrics", "");
     for domain in ["closed", "open"] {
-        let breaker = metric(
-            &text,
-            "tollgate_redis_breaker_open{",
-            &[&format!("prefix=\"tollgate:{domain}:{domain}_user:gcra:\"")],
-        );
+        // Lease mode: the rule's own limiter's breaker. Per request: the domain's one-script
+        // batch, whose prefix is the domain's.
+        let prefix = match domain {
+            "closed" => format!("prefix=\"tollgate:{domain}:{domain}_user:gcra:\""),
+            _ => format!("prefix=\"tollgate:{domain}:\""),
+        };
+        let breaker = metric(&text, "tollgate_redis_breaker_open{", &[&prefix]);
         assert_eq!(breaker, 0.0, "{domain}: breaker closed again:\n{text}");
     }
 }
