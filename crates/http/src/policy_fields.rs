@@ -112,8 +112,25 @@ impl PolicyFields {
         decision: &Decision,
         next_unit: Option<Duration>,
     ) -> Option<FieldValues> {
+        let limit = headers::service_limit(
+            decision,
+            1,
+            crate::edge::with_next_unit(decision, next_unit, |_| None),
+        );
+        let retry_after = decision.retry_after().map(headers::retry_secs);
+        self.with_limit(rule, quota, limit, retry_after)
+    }
+
+    /// The fields for `rule` under `quota` with service limit `(r, t)` and `Retry-After` already
+    /// worked out (by [`EdgeVerdict::of_check`](crate::EdgeVerdict::of_check)).
+    pub(crate) fn with_limit(
+        &self,
+        rule: &'static str,
+        quota: Quota,
+        (r, t): (u64, u64),
+        retry_after: Option<u64>,
+    ) -> Option<FieldValues> {
         let made = self.headers(rule, quota)?;
-        let (r, t, retry_after) = service_limit(decision, next_unit);
         Some(FieldValues {
             ratelimit_policy: made.policy.clone(),
             ratelimit: made.ratelimit(r, t),
@@ -140,24 +157,6 @@ impl PolicyFields {
         let made = made_once(rule, quota);
         let _ = RECENT.try_with(|recent| recent[slot].set(Some(Recent { rule, quota, made })));
         made
-    }
-}
-
-/// `(r, t)` and `Retry-After` for `decision` (see [`crate::headers`]): `next_unit` is the wait
-/// until more than `remaining` units pass, on admissions.
-pub(crate) fn service_limit(
-    decision: &Decision,
-    next_unit: Option<Duration>,
-) -> (u64, u64, Option<u64>) {
-    match *decision {
-        Decision::Denied { retry_after, .. } => {
-            let secs = headers::retry_secs(retry_after);
-            (0, secs, Some(secs))
-        }
-        Decision::Allowed { remaining, .. } => {
-            let t = next_unit.map_or(0, headers::ceil_secs);
-            (remaining, if remaining == 0 { t.max(1) } else { t }, None)
-        }
     }
 }
 
