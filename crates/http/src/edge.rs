@@ -494,3 +494,46 @@ impl<C: Clock + Clone + 'static> PolicyEdge<C> {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_are_written_as_display_writes_them() {
+        let addrs = [
+            "0.0.0.0",
+            "1.2.3.4",
+            "10.20.30.40",
+            "255.255.255.255",
+            "192.0.2.109",
+            "::1",
+            "2001:db8::8:800:200c:417a",
+            "2001:db8:ffff:ffff:ffff:ffff:ffff:ffff",
+            "::ffff:255.255.255.255",
+        ];
+        for text in addrs {
+            let ip: IpAddr = text.parse().expect("address");
+            let written = AddrText::of(ip).expect("fits");
+            assert_eq!(written.as_str(), ip.to_string(), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_denial_without_a_look_promises_no_units() {
+        let denied = Decision::denied(2_500_000_000, 10_000_000_000);
+        assert_eq!(headers::service_limit(&denied, 3, |_| None), (0, 3));
+        let left_two = |units: u64| {
+            Some(if units <= 2 {
+                Decision::allowed(2 - units, 0)
+            } else {
+                Decision::denied(1_200_000_000, 0)
+            })
+        };
+        assert_eq!(
+            headers::service_limit(&denied, 3, left_two),
+            (2, 2),
+            "two left, a third in 1.2 s"
+        );
+    }
+}
