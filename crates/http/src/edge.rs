@@ -316,6 +316,23 @@ impl EdgeVerdict {
         }
     }
 
+    /// Decides `descriptors` for `cost` units with `policy` at `now`: [`Policy::check_next_at`],
+    /// then [`of_check`](Self::of_check) with the policy's own read-only look at the deciding
+    /// rule. For a caller that has descriptors rather than request facts (an RLS server).
+    pub fn decide<C: Clock + Clone + 'static>(
+        policy: &Policy<C>,
+        descriptors: &[(&str, &str)],
+        now: tollgate_core::Nanos,
+        cost: u64,
+        fields: &PolicyFields,
+    ) -> Self {
+        let checked = policy.check_next_at(descriptors, now, cost);
+        let rule = checked.as_ref().ok().and_then(|(d, _)| d.rule);
+        EdgeVerdict::of_check(checked, cost, fields, |units| {
+            policy.peek_rule_at(rule?, descriptors, now, units)?.ok()
+        })
+    }
+
     /// Whether the cost asked can never be admitted (answered 413 / `OVER_LIMIT`, no retry).
     pub fn cost_too_large(&self) -> bool {
         self.error.is_some()
@@ -484,13 +501,7 @@ impl<C: Clock + Clone + 'static> PolicyEdge<C> {
     pub fn decide(&self, facts: &RequestFacts<'_>, cost: u64) -> EdgeVerdict {
         self.with_descriptors(facts, |descriptors| {
             let now = self.policy.now();
-            let checked = self.policy.check_next_at(descriptors, now, cost);
-            let rule = checked.as_ref().ok().and_then(|(d, _)| d.rule);
-            EdgeVerdict::of_check(checked, cost, &self.fields, |units| {
-                self.policy
-                    .peek_rule_at(rule?, descriptors, now, units)?
-                    .ok()
-            })
+            EdgeVerdict::decide(&self.policy, descriptors, now, cost, &self.fields)
         })
     }
 }
