@@ -1,7 +1,9 @@
-//! The response fields for a [`Policy`] decision, as values, for callers that are not the tower
-//! layer: [`PolicyLayer`](crate::PolicyLayer) uses it, and so does tollgate-server, which hands the
-//! same `RateLimit`, `RateLimit-Policy` and `Retry-After` values to Envoy to add to its responses.
-//! The field syntax lives in [`crate::headers`] only.
+//! The response fields for a [`Policy`] decision, as values. Every edge gets them inside an
+//! [`EdgeVerdict`](crate::EdgeVerdict) (the tower [`PolicyLayer`](crate::PolicyLayer),
+//! tollgate-pingora, and tollgate-server, which hands the same `RateLimit`, `RateLimit-Policy` and
+//! `Retry-After` values to Envoy to add to its responses); [`PolicyFields::for_decision`] and
+//! [`PolicyFields::for_rule`] make them from a decision in hand. The field syntax lives in
+//! [`crate::headers`] only, and `(r, t)` is worked out by one function there.
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -86,8 +88,10 @@ impl PolicyFields {
     /// The fields for a decision that `rule` under `quota` made outside a [`Policy`] (for example
     /// on Redis, where a peek would cost a round trip): `next_unit` is the caller's best knowledge
     /// of the wait until more than `remaining` units pass (`t` of `RateLimit`), `None` when it has
-    /// none (then `t` is 0, or 1 with nothing left). Denials need no peek: `t` is their wait.
-    /// `None` when the rule's name is not a structured-field string.
+    /// none (then `t` is 0, or 1 with nothing left). A denial is taken without a look at the rule:
+    /// `r=0` and `t` its wait, the conservative values (exact for one-unit requests;
+    /// [`EdgeVerdict::of_check`](crate::EdgeVerdict::of_check) says the units left after a denial
+    /// of more). `None` when the rule's name is not a structured-field string.
     ///
     /// ```
     /// use std::time::Duration;
