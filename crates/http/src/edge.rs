@@ -530,6 +530,75 @@ mod tests {
         }
     }
 
+    fn descriptors(edge: &PolicyEdge, facts: &RequestFacts<'_>) -> Vec<(String, String)> {
+        edge.with_descriptors(facts, |d| {
+            d.iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        })
+    }
+
+    #[test]
+    fn names_are_configurable_and_empty_values_are_dropped() {
+        let policy = Policy::new(tollgate_policy::PolicyConfig::default()).expect("policy");
+        let edge = PolicyEdge::new(Arc::new(policy)).client_ip(ClientIp::trusting([]));
+        let mut headers = HeaderMap::new();
+        headers.insert("x-api-key", http::HeaderValue::from_static(""));
+        headers.insert("x-tenant", http::HeaderValue::from_static("acme"));
+        let facts = RequestFacts {
+            peer: Some([192, 0, 2, 1].into()),
+            method: "GET",
+            path: "/a",
+            headers: &headers,
+        };
+        let pair = |k: &str, v: &str| (k.to_owned(), v.to_owned());
+        assert_eq!(
+            descriptors(&edge, &facts),
+            [
+                pair("remote_address", "192.0.2.1"),
+                pair("route", "/a"),
+                pair("method", "GET"),
+            ]
+        );
+        let edge = edge.names(
+            DescriptorNames::default()
+                .client(Some("ip"))
+                .route(Some("path"))
+                .method(None)
+                .header("x-api-key", "api_key")
+                .expect("header")
+                .header("x-tenant", "tenant")
+                .expect("header"),
+        );
+        assert_eq!(
+            descriptors(&edge, &facts),
+            [
+                pair("ip", "192.0.2.1"),
+                pair("path", "/a"),
+                pair("tenant", "acme")
+            ],
+            "the empty API key is left out, not sent as \"\""
+        );
+        let no_peer = RequestFacts {
+            peer: None,
+            ..facts
+        };
+        assert_eq!(
+            descriptors(&edge, &no_peer),
+            [pair("path", "/a"), pair("tenant", "acme")]
+        );
+        let mut names = DescriptorNames::default();
+        for i in 0..MAX_HEADER_DESCRIPTORS {
+            names = names.header(&format!("x-h{i}"), "h").expect("fits");
+        }
+        assert!(names.header("x-one-more", "h").is_err());
+        assert!(
+            DescriptorNames::default()
+                .header("bad header", "h")
+                .is_err()
+        );
+    }
+
     #[test]
     fn a_denial_without_a_look_promises_no_units() {
         let denied = Decision::denied(2_500_000_000, 10_000_000_000);
