@@ -270,34 +270,37 @@ impl<S: fmt::Debug, E: KeyExtractor, L, Cf> fmt::Debug for AsyncRateLimit<S, E, 
 pub type AsyncResponseFuture<ResB, E> =
     Pin<Box<dyn Future<Output = Result<Response<RateLimitBody<ResB>>, E>> + Send>>;
 
-/// `(r, t)` as the synchronous layer's `headers::service_limit`, through the async peek.
+/// `(r, t)` by [`headers::service_limit`] (the one definition), with the looks it asks for made
+/// first through the async peek (they are futures here) and then answered from.
 async fn service_limit<K: ?Sized, L: AsyncKeyedCheck<K>>(
     limiter: &L,
     key: &K,
     cost: u64,
     decision: &Decision,
 ) -> (u64, u64) {
-    let next_unit = |r: u64| async move {
-        match r.checked_add(1) {
-            Some(more) => match limiter.peek_key(key, more).await {
-                Ok(Decision::Denied { retry_after, .. }) => headers::ceil_secs(retry_after),
-                _ => 0,
-            },
-            None => 0,
-        }
+    let mut looked: [Option<(u64, Option<Decision>)>; 2] = [None, None];
+    let first = match *decision {
+        Decision::Allowed { remaining, .. } => remaining.checked_add(1),
+        Decision::Denied { .. } if cost > 1 => Some(1),
+        Decision::Denied { .. } => None,
     };
-    let (r, t) = match *decision {
-        Decision::Allowed { remaining, .. } => (remaining, next_unit(remaining).await),
-        Decision::Denied { retry_after, .. } if cost <= 1 => (0, headers::retry_secs(retry_after)),
-        Decision::Denied { retry_after, .. } => match limiter.peek_key(key, 1).await {
-            Ok(Decision::Allowed { remaining, .. }) => {
-                let r = remaining.saturating_add(1);
-                (r, next_unit(r).await)
+    if let Some(units) = first {
+        let seen = limiter.peek_key(key, units).await.ok();
+        looked[0] = Some((units, seen));
+        // A denial of more than one unit with some left: the wait for one more than are left.
+        if let (false, Some(Decision::Allowed { remaining, .. })) = (decision.is_allowed(), seen) {
+            if let Some(units) = remaining.saturating_add(1).checked_add(1) {
+                looked[1] = Some((units, limiter.peek_key(key, units).await.ok()));
             }
-            _ => (0, headers::retry_secs(retry_after)),
-        },
-    };
-    (r, if r == 0 { t.max(1) } else { t })
+        }
+    }
+    headers::service_limit(decision, cost, |units| {
+        looked
+            .iter()
+            .flatten()
+            .find(|(asked, _)| *asked == units)
+            .and_then(|(_, seen)| *seen)
+    })
 }
 
 impl<S, E, L, Cf, ReqB, ResB> Service<Request<ReqB>> for AsyncRateLimit<S, E, L, Cf>

@@ -246,10 +246,46 @@ pub(crate) fn retry_secs(retry_after: Duration) -> u64 {
     ceil_secs(retry_after).clamp(1, SF_INT_MAX)
 }
 
-/// `(r, t)` for a decision of `cost` units for `key`: the `RateLimit` field's service limit, as
-/// defined in the [module docs](self). Costs one `peek_key` on allowed responses and on denials
-/// of more than one unit (two when a denied cost left some units), none on one-unit denials.
-pub(crate) fn service_limit<K, L>(
+/// `(r, t)` for a decision of `cost` units: the `RateLimit` field's service limit as the
+/// [module docs](self) define it, worked out here only (every layer, Pingora and the server come
+/// here). `peek(units)` is a read-only look at the deciding limiter for `units` units now (`None`
+/// when it cannot look); it is asked for `r + 1` on admissions, and on denials of more than one
+/// unit for 1 (how many are left), then for `r + 1`. One-unit denials need no look.
+pub(crate) fn service_limit(
+    decision: &Decision,
+    cost: u64,
+    mut peek: impl FnMut(u64) -> Option<Decision>,
+) -> (u64, u64) {
+    // Whole seconds, rounded up, until more than `r` units would pass; 0 when they already would,
+    // or when `r` is the whole quota (nothing more can become available).
+    fn next_unit_secs(peek: &mut impl FnMut(u64) -> Option<Decision>, r: u64) -> u64 {
+        match r.checked_add(1).and_then(peek) {
+            Some(Decision::Denied { retry_after, .. }) => ceil_secs(retry_after),
+            Some(Decision::Allowed { .. }) | None => 0,
+        }
+    }
+    let (r, t) = match *decision {
+        Decision::Allowed { remaining, .. } => (remaining, next_unit_secs(&mut peek, remaining)),
+        // One unit asked: the wait until it fits is the wait until a unit is available.
+        Decision::Denied { retry_after, .. } if cost <= 1 => (0, retry_secs(retry_after)),
+        Decision::Denied { retry_after, .. } => match peek(1) {
+            Some(Decision::Allowed { remaining, .. }) => {
+                let r = remaining.saturating_add(1);
+                (r, next_unit_secs(&mut peek, r))
+            }
+            Some(Decision::Denied { retry_after, .. }) => (0, retry_secs(retry_after)),
+            // No look possible (or one unit can never fit): say nothing shorter than the
+            // denial's own wait, and promise no units.
+            None => (0, retry_secs(retry_after)),
+        },
+    };
+    // With nothing left the wait is never 0 (a client told 0 would retry into a denial); the
+    // peek can only find a unit already back if the clock moved since the decision.
+    (r, if r == 0 { t.max(1) } else { t })
+}
+
+/// [`service_limit`] for `key` of a [`KeyedCheck`] limiter, looking with its `peek_key`.
+pub(crate) fn keyed_service_limit<K, L>(
     limiter: &L,
     key: &K,
     cost: u64,
@@ -259,37 +295,7 @@ where
     K: ?Sized,
     L: KeyedCheck<K> + ?Sized,
 {
-    let (r, t) = match *decision {
-        Decision::Allowed { remaining, .. } => (remaining, next_unit_secs(limiter, key, remaining)),
-        // One unit asked: the wait until it fits is the wait until a unit is available.
-        Decision::Denied { retry_after, .. } if cost <= 1 => (0, retry_secs(retry_after)),
-        Decision::Denied { retry_after, .. } => match limiter.peek_key(key, 1) {
-            Ok(Decision::Allowed { remaining, .. }) => {
-                let r = remaining.saturating_add(1);
-                (r, next_unit_secs(limiter, key, r))
-            }
-            Ok(Decision::Denied { retry_after, .. }) => (0, retry_secs(retry_after)),
-            // One unit can never fit (not a quota the layer can be built with): say nothing
-            // shorter than the denial's own wait.
-            Err(_) => (0, retry_secs(retry_after)),
-        },
-    };
-    // With nothing left the wait is never 0 (a client told 0 would retry into a denial); the
-    // peek can only find a unit already back if the clock moved since the decision.
-    (r, if r == 0 { t.max(1) } else { t })
-}
-
-/// Whole seconds, rounded up, until more than `r` units would be admitted for `key`; 0 when
-/// they already would be, or when `r` is the whole quota (nothing more can become available).
-fn next_unit_secs<K, L>(limiter: &L, key: &K, r: u64) -> u64
-where
-    K: ?Sized,
-    L: KeyedCheck<K> + ?Sized,
-{
-    match r.checked_add(1).map(|more| limiter.peek_key(key, more)) {
-        Some(Ok(Decision::Denied { retry_after, .. })) => ceil_secs(retry_after),
-        Some(Ok(Decision::Allowed { .. }) | Err(_)) | None => 0,
-    }
+    service_limit(decision, cost, |units| limiter.peek_key(key, units).ok())
 }
 
 /// The 429 body `{"error":"rate limit exceeded","retry_after":N}`: one allocation, sized exactly.

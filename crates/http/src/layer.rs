@@ -352,6 +352,24 @@ impl Fields {
         }
     }
 
+    /// The fields of a policy verdict's values (their `(r, t)` already worked out).
+    #[cfg(feature = "policy")]
+    pub(crate) fn of_values(mode: HeaderMode, values: &crate::FieldValues) -> Self {
+        let (r, t) = values.service_limit;
+        Fields {
+            ietf: mode
+                .ietf
+                .then(|| (values.ratelimit_policy.clone(), values.ratelimit.clone())),
+            legacy: mode.legacy.then(|| {
+                (
+                    values.limit.clone(),
+                    HeaderValue::from(r),
+                    HeaderValue::from(t),
+                )
+            }),
+        }
+    }
+
     pub(crate) fn apply(self, headers: &mut HeaderMap) {
         if let Some((policy, ratelimit)) = self.ietf {
             // `append`: list fields; a second layer's policy becomes a second list member.
@@ -376,26 +394,37 @@ pub(crate) fn json_response(status: StatusCode, body: Bytes) -> Response<Bytes> 
 }
 
 /// The 429 for `decision`: `Retry-After`, the JSON body, and the fields of `limit` (the policy and
-/// its `(r, t)`) when there are any to send. Every layer answers a denial with this.
+/// its `(r, t)`) when there are any to send.
 pub(crate) fn denial(
     mode: HeaderMode,
     decision: &Decision,
     limit: Option<(&PolicyHeaders, (u64, u64))>,
 ) -> Response<Bytes> {
     let secs = headers::retry_secs(decision.retry_after().unwrap_or_default());
+    let fields = limit.map(|(policy, limit)| Fields::new(mode, policy, limit));
+    too_many_requests(mode, secs, fields)
+}
+
+/// The 429 with `Retry-After: secs`, the JSON body and `fields`: every layer answers a denial
+/// with this.
+pub(crate) fn too_many_requests(
+    mode: HeaderMode,
+    secs: u64,
+    fields: Option<Fields>,
+) -> Response<Bytes> {
     let mut response = Response::new(headers::denial_body(secs));
     *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
     // Size the map once: content-type, retry-after, and the fields.
-    let fields = 2 * usize::from(mode.ietf) + 3 * usize::from(mode.legacy);
-    response.headers_mut().reserve(2 + fields);
+    let count = 2 * usize::from(mode.ietf) + 3 * usize::from(mode.legacy);
+    response.headers_mut().reserve(2 + count);
     response
         .headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     response
         .headers_mut()
         .insert(RETRY_AFTER, headers::number(secs));
-    if let Some((policy, limit)) = limit {
-        Fields::new(mode, policy, limit).apply(response.headers_mut());
+    if let Some(fields) = fields {
+        fields.apply(response.headers_mut());
     }
     response
 }
@@ -420,13 +449,13 @@ fn decide<K: ?Sized, L: KeyedCheck<K>>(
     match policy.limiter.check_key(key, cost) {
         Ok(decision @ Decision::Allowed { .. }) => {
             Outcome::Forward((mode.on_allowed && fields).then(|| {
-                let limit = headers::service_limit(&policy.limiter, key, cost, &decision);
+                let limit = headers::keyed_service_limit(&policy.limiter, key, cost, &decision);
                 Fields::new(mode, &policy.headers, limit)
             }))
         }
         Ok(decision @ Decision::Denied { .. }) => {
             let limit =
-                fields.then(|| headers::service_limit(&policy.limiter, key, cost, &decision));
+                fields.then(|| headers::keyed_service_limit(&policy.limiter, key, cost, &decision));
             Outcome::Ready(denial(
                 mode,
                 &decision,

@@ -12,6 +12,11 @@
 //!   [`tollgate_policy::Policy`] per request — descriptors from the client address (trusted-proxy
 //!   logic), path, method and chosen headers; every rule decided as one; the deciding rule and the
 //!   key's own (override) quota in the fields; two-stage delays held on tokio's timer.
+//! * **One edge for every transport** ([`edge`], feature `policy`): request facts to descriptors
+//!   ([`DescriptorNames`]) to one [`EdgeVerdict`] (status, delay, `RateLimit` / `RateLimit-Policy`
+//!   / `Retry-After` values computed once). [`PolicyLayer`], tollgate-pingora and
+//!   tollgate-server only render it; the module docs say how each edge answers an empty header
+//!   value, a cost no rule can admit and a two-stage delay.
 //! * **Denials**: `429 Too Many Requests`, `Retry-After` in whole seconds rounded **up** (never 0
 //!   while denied), and `{"error":"rate limit exceeded","retry_after":N}`.
 //! * **Fields** ([`HeaderMode`]): `RateLimit-Policy: "name";q=100;w=60` and
@@ -52,6 +57,11 @@
 mod async_layer;
 mod body;
 mod check;
+#[cfg(feature = "policy")]
+#[doc(hidden)]
+pub mod conformance;
+#[cfg(feature = "policy")]
+pub mod edge;
 mod forwarded;
 pub mod headers;
 mod key;
@@ -69,6 +79,8 @@ pub use async_layer::{
 };
 pub use body::RateLimitBody;
 pub use check::KeyedCheck;
+#[cfg(feature = "policy")]
+pub use edge::{DescriptorNames, DescriptorSourceError, EdgeVerdict, PolicyEdge, RequestFacts};
 pub use headers::{HeaderMode, PolicyNameError};
 pub use key::{
     ClientIp, ForwardedHeader, GlobalKey, HeaderKey, IpGrouping, KeyError, KeyExtractor, KeyFn,
@@ -81,6 +93,4 @@ pub use layer::{
 #[cfg(feature = "policy")]
 pub use policy_fields::{FieldValues, PolicyFields};
 #[cfg(feature = "policy")]
-pub use policy_layer::{
-    DescriptorSourceError, PolicyLayer, PolicyLayerBuilder, PolicyRateLimit, PolicyResponseFuture,
-};
+pub use policy_layer::{PolicyLayer, PolicyLayerBuilder, PolicyRateLimit, PolicyResponseFuture};

@@ -1,7 +1,9 @@
-//! The response fields for a [`Policy`] decision, as values, for callers that are not the tower
-//! layer: [`PolicyLayer`](crate::PolicyLayer) uses it, and so does tollgate-server, which hands the
-//! same `RateLimit`, `RateLimit-Policy` and `Retry-After` values to Envoy to add to its responses.
-//! The field syntax lives in [`crate::headers`] only.
+//! The response fields for a [`Policy`] decision, as values. Every edge gets them inside an
+//! [`EdgeVerdict`](crate::EdgeVerdict) (the tower [`PolicyLayer`](crate::PolicyLayer),
+//! tollgate-pingora, and tollgate-server, which hands the same `RateLimit`, `RateLimit-Policy` and
+//! `Retry-After` values to Envoy to add to its responses); [`PolicyFields::for_decision`] and
+//! [`PolicyFields::for_rule`] make them from a decision in hand. The field syntax lives in
+//! [`crate::headers`] only, and `(r, t)` is worked out by one function there.
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -86,8 +88,10 @@ impl PolicyFields {
     /// The fields for a decision that `rule` under `quota` made outside a [`Policy`] (for example
     /// on Redis, where a peek would cost a round trip): `next_unit` is the caller's best knowledge
     /// of the wait until more than `remaining` units pass (`t` of `RateLimit`), `None` when it has
-    /// none (then `t` is 0, or 1 with nothing left). Denials need no peek: `t` is their wait.
-    /// `None` when the rule's name is not a structured-field string.
+    /// none (then `t` is 0, or 1 with nothing left). A denial is taken without a look at the rule:
+    /// `r=0` and `t` its wait, the conservative values (exact for one-unit requests;
+    /// [`EdgeVerdict::of_check`](crate::EdgeVerdict::of_check) says the units left after a denial
+    /// of more). `None` when the rule's name is not a structured-field string.
     ///
     /// ```
     /// use std::time::Duration;
@@ -112,8 +116,25 @@ impl PolicyFields {
         decision: &Decision,
         next_unit: Option<Duration>,
     ) -> Option<FieldValues> {
+        let limit = headers::service_limit(
+            decision,
+            1,
+            crate::edge::with_next_unit(decision, next_unit, |_| None),
+        );
+        let retry_after = decision.retry_after().map(headers::retry_secs);
+        self.with_limit(rule, quota, limit, retry_after)
+    }
+
+    /// The fields for `rule` under `quota` with service limit `(r, t)` and `Retry-After` already
+    /// worked out (by [`EdgeVerdict::of_check`](crate::EdgeVerdict::of_check)).
+    pub(crate) fn with_limit(
+        &self,
+        rule: &'static str,
+        quota: Quota,
+        (r, t): (u64, u64),
+        retry_after: Option<u64>,
+    ) -> Option<FieldValues> {
         let made = self.headers(rule, quota)?;
-        let (r, t, retry_after) = service_limit(decision, next_unit);
         Some(FieldValues {
             ratelimit_policy: made.policy.clone(),
             ratelimit: made.ratelimit(r, t),
@@ -140,24 +161,6 @@ impl PolicyFields {
         let made = made_once(rule, quota);
         let _ = RECENT.try_with(|recent| recent[slot].set(Some(Recent { rule, quota, made })));
         made
-    }
-}
-
-/// `(r, t)` and `Retry-After` for `decision` (see [`crate::headers`]): `next_unit` is the wait
-/// until more than `remaining` units pass, on admissions.
-pub(crate) fn service_limit(
-    decision: &Decision,
-    next_unit: Option<Duration>,
-) -> (u64, u64, Option<u64>) {
-    match *decision {
-        Decision::Denied { retry_after, .. } => {
-            let secs = headers::retry_secs(retry_after);
-            (0, secs, Some(secs))
-        }
-        Decision::Allowed { remaining, .. } => {
-            let t = next_unit.map_or(0, headers::ceil_secs);
-            (remaining, if remaining == 0 { t.max(1) } else { t }, None)
-        }
     }
 }
 

@@ -1,7 +1,7 @@
 //! [`PolicyLayer`]: the tower layer over a [`tollgate_policy::Policy`], several rules per request
 //! decided as one.
 
-use std::fmt::{self, Write as _};
+use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -9,56 +9,36 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::HeaderName;
-use http::{HeaderMap, Request, Response, StatusCode};
+use http::{Request, Response, StatusCode};
 use pin_project_lite::pin_project;
-use tollgate_core::{Clock, MonotonicClock, Quota};
-use tollgate_policy::{Policy, PolicyDecision};
+use tollgate_core::{Clock, MonotonicClock};
+use tollgate_policy::Policy;
 use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::body::RateLimitBody;
-use crate::headers::{HeaderMode, PolicyHeaders};
-use crate::key::{ClientIp, KeyExtractor, RequestHead};
-use crate::layer::{Fields, RequestCost, UnitCost, denial, json_response};
-use crate::policy_fields::PolicyFields;
+use crate::edge::{DescriptorNames, DescriptorSourceError, PolicyEdge, RequestFacts};
+use crate::headers::HeaderMode;
+use crate::key::{ClientIp, RequestHead};
+use crate::layer::{Fields, RequestCost, UnitCost, json_response, too_many_requests};
 
 const COST_BODY: &[u8] = br#"{"error":"request cost exceeds quota capacity"}"#;
-/// Descriptors one request can carry: the client address, the route, the method and this many
-/// configured headers.
-const MAX_HEADER_DESCRIPTORS: usize = 13;
-
-/// Where each descriptor of a request comes from.
-struct Sources {
-    /// `remote_address` (or the configured name): the client address through the trusted-proxy
-    /// logic of [`ClientIp`].
-    client: Option<(ClientIp, Box<str>)>,
-    /// The request path, as this descriptor.
-    route: Option<Box<str>>,
-    /// The method, as this descriptor.
-    method: Option<Box<str>>,
-    /// Request headers, each as a descriptor.
-    headers: Vec<(HeaderName, Box<str>)>,
-}
 
 struct Config<C, Cf> {
-    policy: Arc<Policy<C>>,
-    sources: Sources,
+    /// Descriptors, decision and field values: the transport-free edge this layer renders.
+    edge: PolicyEdge<C>,
     cost: Cf,
     mode: HeaderMode,
     cost_error_status: StatusCode,
-    /// Field text per (rule, quota): the deciding rule and its quota vary per request (overrides,
-    /// reloads), and each pair's `RateLimit-Policy` text is made once. Bounded by the rules' quota
-    /// generations times their override tiers.
-    fields: PolicyFields,
 }
 
 /// A tower [`Layer`] that decides each request against a [`Policy`]: every applicable rule at once,
 /// admitted only if all enforcing rules admit (a denied request consumes nothing in any rule).
 ///
-/// Descriptors come from the request: the client address (through [`ClientIp`]'s trusted-proxy
-/// logic; descriptor `remote_address` by default), the path (`route`), the method (`method`), and the
-/// headers you name. A rule whose descriptors a request lacks does not limit it (see the policy
+/// Descriptors come from the request as [`PolicyEdge`] builds them for every HTTP edge: the client
+/// address (through [`ClientIp`]'s trusted-proxy logic; descriptor `remote_address` by default), the
+/// path (`route`), the method (`method`), and the headers you name (an empty value counts as
+/// absent); [`DescriptorNames`] renames them. A rule whose descriptors a request lacks does not limit it (see the policy
 /// crate). Responses: as [`RateLimitLayer`](crate::RateLimitLayer): a denial is a `429` with
 /// `Retry-After` and `{"error":"rate limit exceeded","retry_after":N}`; `RateLimit-Policy` and
 /// `RateLimit` describe the rule that decided, with the quota that applies to this request's key (its
@@ -122,17 +102,10 @@ impl<C: Clock + Clone + 'static> PolicyLayer<C> {
     pub fn builder(policy: Arc<Policy<C>>) -> PolicyLayerBuilder<C> {
         PolicyLayerBuilder {
             config: Config {
-                policy,
-                sources: Sources {
-                    client: None,
-                    route: Some("route".into()),
-                    method: Some("method".into()),
-                    headers: Vec::new(),
-                },
+                edge: PolicyEdge::new(policy),
                 cost: UnitCost,
                 mode: HeaderMode::default(),
                 cost_error_status: StatusCode::PAYLOAD_TOO_LARGE,
-                fields: PolicyFields::new(),
             },
         }
     }
@@ -149,34 +122,18 @@ impl<C, Cf> fmt::Debug for PolicyLayerBuilder<C, Cf> {
     }
 }
 
-/// A header name that is not a valid HTTP field name, or more headers than a request can carry.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DescriptorSourceError {
-    header: String,
-}
-
-impl fmt::Display for DescriptorSourceError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "header `{}` cannot be a descriptor source (not a field name, or more than \
-             {MAX_HEADER_DESCRIPTORS} headers)",
-            self.header
-        )
-    }
-}
-
-impl std::error::Error for DescriptorSourceError {}
-
-impl<C, Cf> PolicyLayerBuilder<C, Cf> {
+impl<C: Clock + Clone + 'static, Cf> PolicyLayerBuilder<C, Cf> {
     /// The client address, through `client`'s trusted-proxy logic, as descriptor `remote_address`.
-    pub fn client_ip(self, client: ClientIp) -> Self {
-        self.client_ip_as(client, "remote_address")
+    pub fn client_ip(mut self, client: ClientIp) -> Self {
+        self.config.edge = self.config.edge.client_ip(client);
+        self
     }
 
     /// The client address as descriptor `name`.
     pub fn client_ip_as(mut self, client: ClientIp, name: &str) -> Self {
-        self.config.sources.client = Some((client, name.into()));
+        self.config.edge = self.config.edge.client_ip(client);
+        let names = self.config.edge.names_mut();
+        *names = std::mem::take(names).client(Some(name));
         self
     }
 
@@ -186,26 +143,28 @@ impl<C, Cf> PolicyLayerBuilder<C, Cf> {
     /// # Errors
     /// [`DescriptorSourceError`] for an invalid field name, or past 13 headers.
     pub fn header(mut self, header: &str, name: &str) -> Result<Self, DescriptorSourceError> {
-        let err = || DescriptorSourceError {
-            header: header.to_owned(),
-        };
-        if self.config.sources.headers.len() == MAX_HEADER_DESCRIPTORS {
-            return Err(err());
-        }
-        let header = HeaderName::try_from(header).map_err(|_| err())?;
-        self.config.sources.headers.push((header, name.into()));
+        let names = self.config.edge.names_mut();
+        *names = std::mem::take(names).header(header, name)?;
         Ok(self)
     }
 
     /// The descriptor name for the path (`route` by default; `None` leaves it out).
     pub fn route_descriptor(mut self, name: Option<&str>) -> Self {
-        self.config.sources.route = name.map(Into::into);
+        let names = self.config.edge.names_mut();
+        *names = std::mem::take(names).route(name);
         self
     }
 
     /// The descriptor name for the method (`method` by default; `None` leaves it out).
     pub fn method_descriptor(mut self, name: Option<&str>) -> Self {
-        self.config.sources.method = name.map(Into::into);
+        let names = self.config.edge.names_mut();
+        *names = std::mem::take(names).method(name);
+        self
+    }
+
+    /// Every descriptor name at once (replaces what the methods above set, headers included).
+    pub fn descriptor_names(mut self, names: DescriptorNames) -> Self {
+        self.config.edge = self.config.edge.names(names);
         self
     }
 
@@ -226,12 +185,10 @@ impl<C, Cf> PolicyLayerBuilder<C, Cf> {
         let c = self.config;
         PolicyLayerBuilder {
             config: Config {
-                policy: c.policy,
-                sources: c.sources,
+                edge: c.edge,
                 cost,
                 mode: c.mode,
                 cost_error_status: c.cost_error_status,
-                fields: c.fields,
             },
         }
     }
@@ -275,38 +232,6 @@ impl<S: fmt::Debug, C, Cf> fmt::Debug for PolicyRateLimit<S, C, Cf> {
         f.debug_struct("PolicyRateLimit")
             .field("inner", &self.inner)
             .finish_non_exhaustive()
-    }
-}
-
-/// An IP address's text on the stack (the longest, an IPv6 address with an IPv4 tail, is 45 bytes).
-struct AddrText {
-    buf: [u8; 48],
-    len: usize,
-}
-
-impl fmt::Write for AddrText {
-    fn write_str(&mut self, s: &str) -> fmt::Result {
-        let end = self.len + s.len();
-        self.buf
-            .get_mut(self.len..end)
-            .ok_or(fmt::Error)?
-            .copy_from_slice(s.as_bytes());
-        self.len = end;
-        Ok(())
-    }
-}
-
-impl AddrText {
-    fn as_str(&self) -> &str {
-        // Only whole `&str`s were copied in.
-        std::str::from_utf8(&self.buf[..self.len]).unwrap_or_default()
-    }
-}
-
-impl<C: Clock + Clone + 'static, Cf> Config<C, Cf> {
-    /// The field text for `rule` under `quota`, made once per pair.
-    fn policy_headers(&self, rule: &'static str, quota: Quota) -> Option<&'static PolicyHeaders> {
-        self.fields.headers(rule, quota)
     }
 }
 
@@ -398,76 +323,26 @@ where
     fn call(&mut self, request: Request<ReqB>) -> Self::Future {
         let config = Arc::clone(&self.config);
         let head = RequestHead::of(&request);
-        let sources = &config.sources;
-        let mut addr = AddrText {
-            buf: [0; 48],
-            len: 0,
-        };
-        let mut descriptors: [(&str, &str); MAX_HEADER_DESCRIPTORS + 3] =
-            [("", ""); MAX_HEADER_DESCRIPTORS + 3];
-        let mut len = 0;
-        if let Some((client, name)) = &sources.client {
-            if let Ok(ip) = client.extract(&head) {
-                if write!(addr, "{ip}").is_ok() {
-                    descriptors[len] = (name, addr.as_str());
-                    len += 1;
-                }
-            }
-        }
-        if let Some(name) = &sources.route {
-            descriptors[len] = (name, head.uri.path());
-            len += 1;
-        }
-        if let Some(name) = &sources.method {
-            descriptors[len] = (name, head.method.as_str());
-            len += 1;
-        }
-        for (header, name) in &sources.headers {
-            if let Some(value) = header_text(head.headers, header) {
-                descriptors[len] = (name, value);
-                len += 1;
-            }
-        }
-        let descriptors = &descriptors[..len];
         let cost = config.cost.cost(&head);
-        let now = config.policy.now();
+        let verdict = config.edge.decide(&RequestFacts::of(&head), cost);
         let mode = config.mode;
-        // `t` on an admission needs a look at the deciding rule; skip it when no field says it.
-        let fields_on_allowed = mode.on_allowed && (mode.ietf || mode.legacy);
-        let checked = if fields_on_allowed {
-            config.policy.check_next_at(descriptors, now, cost)
-        } else {
-            config
-                .policy
-                .check_at(descriptors, now, cost)
-                .map(|decided| (decided, None))
-        };
-        let (decided, next_unit) = match checked {
-            Ok(checked) => checked,
-            Err(_) => {
-                return ready(json_response(
-                    config.cost_error_status,
-                    Bytes::from_static(COST_BODY),
-                ));
-            }
-        };
-        let fields_for = |decided: &PolicyDecision| {
-            let (rule, quota) = (decided.rule?, decided.quota?);
-            let headers = config.policy_headers(rule, quota)?;
-            let (r, t, _) = crate::policy_fields::service_limit(&decided.decision, next_unit);
-            Some((headers, (r, t)))
-        };
-        if !decided.is_allowed() {
-            let fields = (mode.ietf || mode.legacy)
-                .then(|| fields_for(&decided))
-                .flatten();
-            return ready(denial(mode, &decided.decision, fields));
+        if verdict.cost_too_large() {
+            return ready(json_response(
+                config.cost_error_status,
+                Bytes::from_static(COST_BODY),
+            ));
         }
-        let fields = fields_on_allowed
-            .then(|| fields_for(&decided))
-            .flatten()
-            .map(|(policy_headers, limit)| Fields::new(mode, policy_headers, limit));
-        if decided.delay.is_zero() {
+        let fields = verdict
+            .fields
+            .as_ref()
+            .filter(|_| mode.ietf || mode.legacy)
+            .map(|values| Fields::of_values(mode, values));
+        if !verdict.allowed {
+            let secs = verdict.retry_after.unwrap_or(1);
+            return ready(too_many_requests(mode, secs, fields));
+        }
+        let fields = fields.filter(|_| mode.on_allowed);
+        if verdict.delay.is_zero() {
             return PolicyResponseFuture {
                 state: State::Inner {
                     future: self.inner.call(request),
@@ -479,7 +354,7 @@ where
         // calling a service later, from a future).
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
-        let delay: Duration = decided.delay;
+        let delay: Duration = verdict.delay;
         PolicyResponseFuture {
             state: State::Delayed {
                 future: Box::pin(async move {
@@ -498,12 +373,4 @@ fn ready<F, ResB, E>(response: Response<Bytes>) -> PolicyResponseFuture<F, ResB,
             response: Some(response),
         },
     }
-}
-
-/// A header's first value as text, if present, non-empty and visible ASCII.
-fn header_text<'h>(headers: &'h HeaderMap, name: &HeaderName) -> Option<&'h str> {
-    headers
-        .get(name)
-        .and_then(|value| value.to_str().ok())
-        .filter(|value| !value.is_empty())
 }

@@ -217,6 +217,8 @@ fn upstream(args: &Args) -> Result<(), Error> {
 // ---------------------------------------------------------------------------------------------
 // Proxy
 
+// One per process: boxing the large variant would only add a pointer hop to the measured path.
+#[allow(clippy::large_enum_variant)]
 enum Mode {
     None,
     PingoraLimits { rate: Rate, limit: isize },
@@ -379,7 +381,7 @@ fn build_mode(args: &Args) -> Result<Mode, Error> {
             let toml = policy_toml(args.limit, args.wide_limit, args.capacity);
             let policy = Arc::new(Policy::new(PolicyConfig::from_toml(&toml)?)?);
             let limiter = PingoraLimiter::new(policy, ClientIp::trusting([]))
-                .descriptor_header(args.key_header.clone(), "client_key");
+                .descriptor_header(args.key_header.clone(), "client_key")?;
             Mode::Policy(limiter)
         }
         other => return Err(format!("unknown limiter {other}").into()),

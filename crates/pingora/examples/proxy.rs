@@ -39,7 +39,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let policy = Arc::new(Policy::new(config)?);
     let mut limiter = PingoraLimiter::new(policy, ClientIp::trusting(trust));
     if let Some(h) = key_header {
-        limiter = limiter.descriptor_header(h, "client_key");
+        limiter = limiter.descriptor_header(h, "client_key")?;
     }
 
     let mut server = Server::new(None)?;

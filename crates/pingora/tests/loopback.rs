@@ -1,6 +1,6 @@
 //! A real HTTP client through a Pingora proxy (in-process, free loopback port) to an upstream
 //! started here that counts what reaches it: per-client limits, well-formed 429s, and no denied
-//! request at the upstream.
+//! request at the upstream; a two-stage rule's delay held before the request goes upstream.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,6 +21,15 @@ key = ["remote_address"]
 limit = 3
 period = "60s"
 capacity = 1024
+
+[[rules]]
+name = "paced"
+match = { remote_address = "any", route = { prefix = "/paced" } }
+key = ["remote_address"]
+limit = 1
+period = "2s"
+capacity = 1024
+delay = { max_delay = "4s" }
 "#;
 
 /// A tiny HTTP/1.1 upstream: answers every request `200 ok` and counts them.
@@ -159,4 +168,27 @@ async fn limits_per_client_and_upstream_never_sees_denials() {
         6,
         "the upstream saw exactly the admitted requests"
     );
+
+    // One request per 2 s on /paced, later ones held up to 4 s: the second is admitted after the
+    // proxy holds it for the rest of the 2 s (less the time since the first; 1 s is a margin).
+    let paced = format!("http://{listen}/paced");
+    for held in [false, true] {
+        let started = Instant::now();
+        let resp = client
+            .get(&paced)
+            .header("x-forwarded-for", "198.51.100.3")
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(resp.status(), 200);
+        if held {
+            assert!(
+                started.elapsed() >= Duration::from_secs(1),
+                "held {:?}",
+                started.elapsed()
+            );
+        }
+    }
+    // Relaxed: as above.
+    assert_eq!(seen.load(Ordering::Relaxed), 8, "both went upstream");
 }

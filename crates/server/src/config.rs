@@ -331,7 +331,8 @@ impl<'de> Deserialize<'de> for Backend {
 
 impl RedisBackend {
     /// Checks what serde cannot, against the domain's policy: lease mode needs GCRA rules and lease
-    /// settings only make sense there; two-stage delays are embedded-only.
+    /// settings only make sense there. (A two-stage delay is refused for every domain, by
+    /// [`ServerConfig::parse`].)
     ///
     /// # Errors
     /// What is wrong, naming the rule.
@@ -351,12 +352,6 @@ impl RedisBackend {
             return Err("backend.redis.timeout must be above 0".into());
         }
         for rule in &policy.rules {
-            if rule.delay.is_some() {
-                return Err(format!(
-                    "rule `{}`: a two-stage delay is only supported by the embedded backend",
-                    rule.name
-                ));
-            }
             let algorithm = tollgate_policy::AlgorithmKind::parse(&rule.algorithm);
             if self.mode == RedisMode::Lease
                 && algorithm != Some(tollgate_policy::AlgorithmKind::Gcra)
@@ -454,6 +449,16 @@ impl ServerConfig {
             };
             valid
                 .map_err(|e| ConfigFileError::Invalid(format!("domain `{}`: {e}", domain.name)))?;
+            // An RLS answer is OK or OVER_LIMIT: it cannot hold a request for a two-stage rule's
+            // delay, and admitting without the wait would silently drop the rule's pacing.
+            if let Some(rule) = domain.policy.rules.iter().find(|r| r.delay.is_some()) {
+                return Err(ConfigFileError::Invalid(format!(
+                    "domain `{}`: rule `{}` has a two-stage delay, which the Envoy RLS cannot hold \
+                     (its answer is OK or OVER_LIMIT); hold delays at an edge that owns the \
+                     request (tollgate-http's PolicyLayer, tollgate-pingora) or remove `delay`",
+                    domain.name, rule.name
+                )));
+            }
             if let Backend::Redis(redis) = &domain.backend {
                 redis.validate(&domain.policy).map_err(|e| {
                     ConfigFileError::Invalid(format!("domain `{}`: {e}", domain.name))

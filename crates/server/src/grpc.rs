@@ -18,12 +18,12 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use tollgate_core::{Decision, Quota};
-use tollgate_http::headers::{RATELIMIT, RATELIMIT_POLICY};
+use tollgate_http::EdgeVerdict;
 use tonic::codegen::Service;
 use tonic::server::NamedService;
 use tonic::{Request, Response, Status};
 
-use crate::service::{Answer, CheckError, Limiter, Verdict};
+use crate::service::{Answer, CheckError, Limiter};
 use crate::telemetry::Api;
 
 pub use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
@@ -183,18 +183,15 @@ fn code(ok: bool) -> i32 {
     }
 }
 
-/// The Envoy response for an answer.
+/// The Envoy response for an answer: each descriptor's verdict as a status (a cost no rule can
+/// admit is `OVER_LIMIT` with no limit), and the answer's headers for Envoy to add.
 pub fn to_response(answer: &Answer) -> RateLimitResponse {
     let statuses = answer.statuses.iter().map(status).collect();
-    let mut headers = Vec::new();
-    if let Some(f) = &answer.fields {
-        let text = |v: &http::HeaderValue| v.to_str().unwrap_or_default().to_owned();
-        headers.push(header(RATELIMIT_POLICY.as_str(), text(&f.ratelimit_policy)));
-        headers.push(header(RATELIMIT.as_str(), text(&f.ratelimit)));
-        if let Some(retry) = &f.retry_after {
-            headers.push(header(http::header::RETRY_AFTER.as_str(), text(retry)));
-        }
-    }
+    let headers = answer
+        .headers()
+        .into_iter()
+        .map(|(name, value)| header(name.as_str(), value.to_str().unwrap_or_default().to_owned()))
+        .collect();
     RateLimitResponse {
         overall_code: code(answer.ok),
         statuses,
@@ -211,13 +208,13 @@ fn header(key: &str, value: String) -> HeaderValue {
     }
 }
 
-fn status(verdict: &Verdict) -> DescriptorStatus {
-    match verdict {
-        Verdict::CostTooLarge(_) => DescriptorStatus {
+fn status(verdict: &EdgeVerdict) -> DescriptorStatus {
+    match &verdict.decided {
+        None => DescriptorStatus {
             code: Code::OverLimit as i32,
             ..Default::default()
         },
-        Verdict::Decided(d) => {
+        Some(d) => {
             let (remaining, reset) = match d.decision {
                 Decision::Allowed {
                     remaining,

@@ -4,8 +4,10 @@
 //! `POST /v1/check` takes
 //! `{"domain":"edge","descriptors":[{"entries":{"remote_address":"192.0.2.1"},"hits_addend":1}],"hits_addend":1}`
 //! (`hits_addend` optional at both levels, 0 meaning 1) and answers `200` when every descriptor
-//! is within its limits, `429` when any is over, `404` for an unknown domain, `400` for a
-//! malformed request, `415` without a JSON `content-type` and `413` over [`MAX_BODY_BYTES`], with `RateLimit`, `RateLimit-Policy` (and `Retry-After` on a 429) on the
+//! is within its limits, `429` when any is over (a descriptor whose cost no rule can ever admit is
+//! `OVER_LIMIT` with `"cost_too_large":true` and adds no `Retry-After`), `404` for an unknown
+//! domain, `400` for a malformed request, `415` without a JSON `content-type` and `413` over
+//! [`MAX_BODY_BYTES`], with `RateLimit`, `RateLimit-Policy` (and `Retry-After` on a 429) on the
 //! response and in the body:
 //! `{"overall_code":"OK","statuses":[{"code":"OK","rule":"per_ip","limit":100,"window_ms":1000,"remaining":99,"reset_after_ms":10,"retry_after_ms":null,"shadow_denied":false}],"headers":{"ratelimit":"..."}}`.
 
@@ -21,9 +23,9 @@ use axum::{Json, Router};
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde::{Deserialize, Serialize};
 use tollgate_core::Decision;
-use tollgate_http::headers::{RATELIMIT, RATELIMIT_POLICY};
+use tollgate_http::EdgeVerdict;
 
-use crate::service::{CheckError, Limiter, Verdict};
+use crate::service::{CheckError, Limiter};
 
 /// What the HTTP handlers share.
 #[derive(Clone)]
@@ -149,18 +151,12 @@ async fn check(
     let statuses: Vec<JsonStatus> = answer.statuses.iter().map(json_status).collect();
     let mut headers = HeaderMap::new();
     let mut shown = BTreeMap::new();
-    if let Some(f) = &answer.fields {
-        headers.insert(RATELIMIT_POLICY.clone(), f.ratelimit_policy.clone());
-        headers.insert(RATELIMIT.clone(), f.ratelimit.clone());
-        if let Some(r) = &f.retry_after {
-            headers.insert(axum::http::header::RETRY_AFTER, r.clone());
-        }
-        for (name, value) in &headers {
-            shown.insert(
-                name.as_str().to_owned(),
-                value.to_str().unwrap_or_default().to_owned(),
-            );
-        }
+    for (name, value) in answer.headers() {
+        shown.insert(
+            name.as_str().to_owned(),
+            value.to_str().unwrap_or_default().to_owned(),
+        );
+        headers.insert(name.clone(), value);
     }
     let status = if answer.ok {
         StatusCode::OK
@@ -175,9 +171,9 @@ async fn check(
     (status, headers, Json(body)).into_response()
 }
 
-fn json_status(v: &Verdict) -> JsonStatus {
-    match v {
-        Verdict::CostTooLarge(_) => JsonStatus {
+fn json_status(v: &EdgeVerdict) -> JsonStatus {
+    match &v.decided {
+        None => JsonStatus {
             code: "OVER_LIMIT",
             rule: None,
             limit: None,
@@ -188,7 +184,7 @@ fn json_status(v: &Verdict) -> JsonStatus {
             shadow_denied: false,
             cost_too_large: true,
         },
-        Verdict::Decided(d) => {
+        Some(d) => {
             let (remaining, reset, retry) = match d.decision {
                 Decision::Allowed {
                     remaining,

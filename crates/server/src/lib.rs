@@ -7,8 +7,12 @@
 //!   `hits_addend`, else the request's, 0 meaning 1). Every rule that applies to a descriptor is
 //!   decided as one; descriptors of one request are decided independently at one clock reading
 //!   (see [`service::Limiter::check`]).
-//! * Shadow rules answer OK. A cost no enforcing rule can ever admit is answered OVER_LIMIT (fails
-//!   closed). An unknown domain is `NOT_FOUND` and a malformed request `INVALID_ARGUMENT` (Envoy's
+//! * Each descriptor's verdict is tollgate-http's [`EdgeVerdict`](tollgate_http::EdgeVerdict),
+//!   the one the tower layer and Pingora render too (a conformance table, `tests/conformance.rs`,
+//!   checks that all three answer alike). Shadow rules answer OK. A cost no enforcing rule can
+//!   ever admit is answered OVER_LIMIT without `Retry-After` (fails closed; retrying cannot help).
+//!   A domain with a two-stage delay rule is refused when the config loads: an RLS answer cannot
+//!   hold a request. An unknown domain is `NOT_FOUND` and a malformed request `INVALID_ARGUMENT` (Envoy's
 //!   `failure_mode_deny` then decides; the server keeps serving).
 //! * The response carries `RateLimit`, `RateLimit-Policy` and, when over the limit, `Retry-After`
 //!   (text from tollgate-http, the fields' one home) for Envoy to add.

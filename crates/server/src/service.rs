@@ -6,10 +6,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use http::{HeaderName, HeaderValue};
 use tollgate_core::Decision;
 use tollgate_core::MonotonicClock;
-use tollgate_http::{FieldValues, PolicyFields};
-use tollgate_policy::{Policy, PolicyDecision, PolicyError, PreparedReload, RedisPolicy};
+use tollgate_http::headers::{RATELIMIT, RATELIMIT_POLICY, seconds_value};
+use tollgate_http::{EdgeVerdict, PolicyFields};
+use tollgate_policy::{Policy, PreparedReload, RedisPolicy};
 
 use crate::config::{Backend, ServerConfig};
 use crate::redis_backend::{self, Connections};
@@ -72,37 +74,43 @@ pub enum CheckError {
     Malformed(String),
 }
 
-/// One descriptor's verdict.
-#[derive(Clone, Copy, Debug)]
-pub enum Verdict {
-    /// The policy decided (allowed, denied, or allowed with a shadow denial).
-    Decided(PolicyDecision),
-    /// The cost can never be admitted by an enforcing rule: answered as over the limit (fails
-    /// closed; retrying cannot help, so no wait is advertised).
-    CostTooLarge(PolicyError),
-}
-
-impl Verdict {
-    /// Whether this descriptor is within its limits.
-    pub fn is_ok(&self) -> bool {
-        match self {
-            Verdict::Decided(d) => d.is_allowed(),
-            Verdict::CostTooLarge(_) => false,
-        }
-    }
-}
-
-/// A whole request's answer.
+/// A whole request's answer: tollgate-http's [`EdgeVerdict`] per descriptor (the same verdict the
+/// tower layer and Pingora render), and which one the response's fields describe.
+///
+/// A descriptor whose cost no enforcing rule can ever admit has the verdict's 413, which this
+/// edge answers as `OVER_LIMIT` with no `Retry-After` and no fields (Envoy's RLS has no other
+/// code; retrying cannot help). A delay rule never gets here: [`ServerConfig`]'s validation
+/// refuses it (an RLS answer cannot hold a request).
 pub struct Answer {
     /// One verdict per descriptor, in request order.
-    pub statuses: Vec<Verdict>,
+    pub statuses: Vec<EdgeVerdict>,
     /// Whether every descriptor is OK.
     pub ok: bool,
-    /// The fields of the deciding descriptor: the denying one with the longest wait when over the
-    /// limit, else the one with the fewest units left. `None` when no enforcing rule applied.
-    pub fields: Option<FieldValues>,
+    /// The descriptor whose fields the response carries: the denying one with the longest wait
+    /// when over the limit, else the one with the fewest units left. `None` when no enforcing
+    /// rule applied.
+    pub deciding: Option<usize>,
     /// The domain's decision metrics, for the front end to record the request with.
     pub metrics: Arc<DecisionMetrics>,
+}
+
+impl Answer {
+    /// The response headers both front ends send: the deciding descriptor's `RateLimit-Policy`
+    /// and `RateLimit`, and `Retry-After` on a denial.
+    pub fn headers(&self) -> Vec<(&'static HeaderName, HeaderValue)> {
+        let Some(verdict) = self.deciding.and_then(|i| self.statuses.get(i)) else {
+            return Vec::new();
+        };
+        let mut headers = Vec::with_capacity(3);
+        if let Some(f) = &verdict.fields {
+            headers.push((&RATELIMIT_POLICY, f.ratelimit_policy.clone()));
+            headers.push((&RATELIMIT, f.ratelimit.clone()));
+        }
+        if let Some(secs) = verdict.retry_after {
+            headers.push((&http::header::RETRY_AFTER, seconds_value(secs)));
+        }
+        headers
+    }
 }
 
 impl Limiter {
@@ -219,67 +227,51 @@ impl Limiter {
     }
 }
 
-/// A Redis domain's answer: each descriptor through its [`RedisPolicy`].
+/// A Redis domain's answer: each descriptor through its [`RedisPolicy`]. A look at a rule would
+/// cost a round trip, so a denial of more than one unit gets the conservative fields (see
+/// [`tollgate_http::edge`]).
 async fn on_redis(dom: &Domain, descriptors: &[(Vec<(&str, &str)>, u64)]) -> Answer {
     let policy = match &dom.policy {
         DomainPolicy::Embedded(policy) => return embedded(dom, policy, descriptors),
         DomainPolicy::Redis(policy) => policy,
     };
-    let mut decided = Vec::with_capacity(descriptors.len());
+    let mut statuses = Vec::with_capacity(descriptors.len());
     for (entries, cost) in descriptors {
-        decided.push(policy.check(entries, (*cost).max(1)).await);
+        let cost = (*cost).max(1);
+        let checked = policy.check(entries, cost).await;
+        statuses.push(EdgeVerdict::of_check(checked, cost, &dom.fields, |_| None));
     }
-    answer(dom, decided)
+    answer(dom, statuses)
 }
 
 /// An embedded domain's answer: every descriptor through the policy at one clock reading.
 fn embedded(dom: &Domain, policy: &Policy, descriptors: &[(Vec<(&str, &str)>, u64)]) -> Answer {
     let now = policy.now();
-    let decided = descriptors
+    let statuses = descriptors
         .iter()
-        .map(|(entries, cost)| policy.check_next_at(entries, now, (*cost).max(1)))
-        .collect();
-    answer(dom, decided)
-}
-
-/// The answer over every descriptor's decision (with the `RateLimit` field's `t`), with the fields
-/// of the [`deciding`] one.
-fn answer(
-    dom: &Domain,
-    decided: Vec<Result<(PolicyDecision, Option<Duration>), PolicyError>>,
-) -> Answer {
-    let mut hints = Vec::with_capacity(decided.len());
-    let statuses: Vec<Verdict> = decided
-        .into_iter()
-        .map(|result| match result {
-            Ok((d, next)) => {
-                hints.push(next);
-                Verdict::Decided(d)
-            }
-            Err(e) => {
-                hints.push(None);
-                Verdict::CostTooLarge(e)
-            }
+        .map(|(entries, cost)| {
+            EdgeVerdict::decide(policy, entries, now, (*cost).max(1), &dom.fields)
         })
         .collect();
-    let ok = statuses.iter().all(Verdict::is_ok);
-    let fields = deciding(&statuses, ok).and_then(|i| match &statuses[i] {
-        Verdict::Decided(d) => dom.fields.for_decision(d, hints[i]),
-        Verdict::CostTooLarge(_) => None,
-    });
+    answer(dom, statuses)
+}
+
+/// The answer over every descriptor's verdict.
+fn answer(dom: &Domain, statuses: Vec<EdgeVerdict>) -> Answer {
+    let ok = statuses.iter().all(|v| v.allowed);
     Answer {
+        deciding: deciding(&statuses, ok),
         statuses,
         ok,
-        fields,
         metrics: Arc::clone(&dom.metrics),
     }
 }
 
 /// The descriptor whose fields the response carries.
-fn deciding(statuses: &[Verdict], ok: bool) -> Option<usize> {
+fn deciding(statuses: &[EdgeVerdict], ok: bool) -> Option<usize> {
     let mut best: Option<(usize, u64, Duration)> = None;
     for (i, v) in statuses.iter().enumerate() {
-        let Verdict::Decided(d) = v else { continue };
+        let Some(d) = &v.decided else { continue };
         if d.rule.is_none() {
             continue;
         }
