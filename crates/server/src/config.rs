@@ -110,8 +110,26 @@ pub struct DomainConfig {
     /// Where the state lives.
     #[serde(default)]
     pub backend: Backend,
+    /// How the descriptors of one call are decided: `"atomic"` (default) or `"independent"`.
+    #[serde(default)]
+    pub descriptors: DescriptorMode,
     /// The domain's rules.
     pub policy: PolicyConfig,
+}
+
+/// How the descriptors of one `ShouldRateLimit` call are decided.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DescriptorMode {
+    /// As one (the default): when any descriptor is over its limit (or its cost can never be
+    /// admitted), what the others admitted is given back, so a call Envoy refuses consumes
+    /// nothing anywhere. Envoy refuses the whole request when any descriptor is over, so units
+    /// the others kept would be spent on a request that never went through.
+    #[default]
+    Atomic,
+    /// Each descriptor on its own, as Envoy's reference service decides them: one admitted keeps
+    /// its units even when another of the same call is over its limit.
+    Independent,
 }
 
 /// A domain's state backend: `backend = "embedded"` (the default) or

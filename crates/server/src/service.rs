@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -13,7 +14,7 @@ use tollgate_http::headers::{RATELIMIT, RATELIMIT_POLICY, seconds_value};
 use tollgate_http::{EdgeVerdict, PolicyFields};
 use tollgate_policy::{Policy, PreparedReload, RedisPolicy};
 
-use crate::config::{Backend, ServerConfig};
+use crate::config::{Backend, DescriptorMode, ServerConfig};
 use crate::redis_backend::{self, Connections};
 use crate::telemetry::DecisionMetrics;
 
@@ -38,16 +39,26 @@ pub struct Domain {
     pub fields: PolicyFields,
     /// Its backend.
     pub backend: Backend,
+    /// Whether a call's descriptors are decided as one (the config's `descriptors`, which a
+    /// reload may change on a kept domain).
+    pub atomic: AtomicBool,
     /// Its decision metrics (registered once).
     pub metrics: Arc<DecisionMetrics>,
 }
 
 impl Domain {
+    /// Whether a call's descriptors are decided as one.
+    fn is_atomic(&self) -> bool {
+        // Relaxed: a switch; see `commit`.
+        self.atomic.load(Ordering::Relaxed)
+    }
+
     fn new(config: &crate::config::DomainConfig, policy: DomainPolicy) -> Self {
         Domain {
             policy,
             fields: PolicyFields::new(),
             backend: config.backend.clone(),
+            atomic: AtomicBool::new(config.descriptors == DescriptorMode::Atomic),
             metrics: Arc::new(DecisionMetrics::new(&config.name)),
         }
     }
@@ -170,10 +181,11 @@ impl Limiter {
     ///
     /// # Atomicity
     /// All rules that apply to one descriptor are decided as one, embedded or on Redis (the policy
-    /// engine's guarantee: a denial gives back what the other rules admitted). Across descriptors
-    /// of one request the
-    /// decisions are independent, as in Envoy's reference service: a descriptor admitted keeps its
-    /// units even when another descriptor of the same request is over its limit.
+    /// engine's guarantee: a denial gives back what the other rules admitted). The descriptors of
+    /// one call are decided as one too, by default (`descriptors = "atomic"`): when any is over its
+    /// limit, what the others admitted is given back. With `descriptors = "independent"` they are
+    /// decided as Envoy's reference service decides them: an admitted descriptor keeps its units
+    /// even when another of the same call is over its limit.
     ///
     /// # Errors
     /// [`CheckError`] for an unknown domain or a malformed request; nothing is consumed.
@@ -235,24 +247,59 @@ async fn on_redis(dom: &Domain, descriptors: &[(Vec<(&str, &str)>, u64)]) -> Ans
         DomainPolicy::Embedded(policy) => return embedded(dom, policy, descriptors),
         DomainPolicy::Redis(policy) => policy,
     };
-    let mut statuses = Vec::with_capacity(descriptors.len());
-    for (entries, cost) in descriptors {
-        let cost = (*cost).max(1);
-        let checked = policy.check(entries, cost).await;
-        statuses.push(EdgeVerdict::of_check(checked, cost, &dom.fields, |_| None));
-    }
+    let requests = requests(descriptors);
+    let statuses = if dom.is_atomic() {
+        let checked = policy.check_all(&requests).await;
+        checked
+            .into_iter()
+            .zip(&requests)
+            .map(|(checked, &(_, cost))| {
+                EdgeVerdict::of_check(checked, cost, &dom.fields, |_| None)
+            })
+            .collect()
+    } else {
+        let mut statuses = Vec::with_capacity(requests.len());
+        for &(entries, cost) in &requests {
+            let checked = policy.check(entries, cost).await;
+            statuses.push(EdgeVerdict::of_check(checked, cost, &dom.fields, |_| None));
+        }
+        statuses
+    };
     answer(dom, statuses)
+}
+
+/// Each descriptor as a policy request: its entries and its cost (0 meaning 1, as in Envoy).
+fn requests<'a>(
+    descriptors: &'a [(Vec<(&'a str, &'a str)>, u64)],
+) -> Vec<(&'a [(&'a str, &'a str)], u64)> {
+    descriptors
+        .iter()
+        .map(|(entries, cost)| (entries.as_slice(), (*cost).max(1)))
+        .collect()
 }
 
 /// An embedded domain's answer: every descriptor through the policy at one clock reading.
 fn embedded(dom: &Domain, policy: &Policy, descriptors: &[(Vec<(&str, &str)>, u64)]) -> Answer {
     let now = policy.now();
-    let statuses = descriptors
-        .iter()
-        .map(|(entries, cost)| {
-            EdgeVerdict::decide(policy, entries, now, (*cost).max(1), &dom.fields)
-        })
-        .collect();
+    let requests = requests(descriptors);
+    let statuses = if dom.is_atomic() {
+        policy
+            .check_all_at(&requests, now)
+            .into_iter()
+            .zip(&requests)
+            .map(|(checked, &(entries, cost))| {
+                let rule = checked.as_ref().ok().and_then(|(d, _)| d.rule);
+                EdgeVerdict::of_check(checked, cost, &dom.fields, |units| {
+                    policy.peek_rule_at(rule?, entries, now, units)?.ok()
+                })
+            })
+            .collect()
+    } else {
+        requests
+            .iter()
+            .map(|&(entries, cost)| EdgeVerdict::decide(policy, entries, now, cost, &dom.fields))
+            .collect()
+    };
     answer(dom, statuses)
 }
 
@@ -296,7 +343,11 @@ fn deciding(statuses: &[EdgeVerdict], ok: bool) -> Option<usize> {
 enum Staged<'a> {
     /// An embedded domain that stays embedded: its policy's reload, prepared (committing applies
     /// it in place, so its state carries over).
-    Kept(&'a Arc<Domain>, PreparedReload<'a, MonotonicClock>),
+    Kept(
+        &'a Arc<Domain>,
+        PreparedReload<'a, MonotonicClock>,
+        DescriptorMode,
+    ),
     /// A domain built whole: new, or on Redis, or changing backend.
     Built(Domain),
 }
@@ -331,6 +382,7 @@ fn build<'a>(
                 policy
                     .prepare_reload(d.policy.clone())
                     .map_err(|e| named(&e))?,
+                d.descriptors,
             ),
             (None, Backend::Embedded) => Staged::Built(Domain::new(
                 d,
@@ -363,8 +415,11 @@ fn commit(staged: Vec<(String, Staged<'_>)>) -> Domains {
         .into_iter()
         .map(|(name, domain)| {
             let domain = match domain {
-                Staged::Kept(old, prepared) => {
+                Staged::Kept(old, prepared, descriptors) => {
                     let report = prepared.commit();
+                    // Relaxed: a switch read by each call; it publishes no other data.
+                    old.atomic
+                        .store(descriptors == DescriptorMode::Atomic, Ordering::Relaxed);
                     tracing::debug!(domain = %name, ?report, "domain reloaded");
                     Arc::clone(old)
                 }
