@@ -13,6 +13,7 @@ use crate::config::{
     AlgorithmKind, ConfigError, ConfigErrorKind, MatchSpec, Mode, PolicyConfig, RuleConfig,
     Storage, Validated, delay_units,
 };
+use crate::descriptor_match::{self, DescriptorMatch};
 use crate::limiter::{self, Receipt, RuleLimiter, Spec};
 use crate::stats::{Counters, Outcome, PolicySnapshot, RuleStats};
 use crate::sync::{AtomicBool, Ordering};
@@ -137,6 +138,9 @@ pub struct ReloadReport {
 /// * A rule applies when every descriptor in its `match` is present and matches, and every key
 ///   descriptor is present: a request **missing a descriptor is simply not limited by that rule**
 ///   (fails open for that rule; add an `any` rule without the descriptor to cap such requests).
+///   With `descriptor_match = "exact"` ([`DescriptorMatch`](crate::DescriptorMatch)) the request
+///   must also carry no descriptor the rule's `match` does not name (Envoy's one-descriptor-per-limit
+///   model).
 /// * [`reload`](Self::reload) swaps the rule set in one atomic pointer store; decisions load it
 ///   lock-free ([`arc_swap`]).
 ///
@@ -211,6 +215,8 @@ struct RuleSet {
 struct Rule {
     name: &'static str,
     matches: Box<[(usize, MatchSpec)]>,
+    /// The policy's `descriptor_match` (whether entries the rule does not name keep it out).
+    descriptor_match: DescriptorMatch,
     key: Box<[usize]>,
     mode: Mode,
     /// The effective quota (a delay's extra depth included).
@@ -283,6 +289,7 @@ impl Rule {
         self.matches
             .iter()
             .all(|(i, spec)| values[*i].is_some_and(|v| spec.matches(v)))
+            && descriptor_match::admits(self.descriptor_match, &self.matches, values)
     }
 
     /// The key bytes: nothing for a global rule, the value for one descriptor, and length-prefixed
@@ -772,14 +779,16 @@ impl<C: Clock + Clone + 'static> Policy<C> {
 }
 
 impl RuleSet {
-    /// Each descriptor name's value in this request (first occurrence wins).
+    /// Each descriptor name's value in this request (first occurrence wins), and one slot more at
+    /// the end, set when the request has a name no rule uses (for `descriptor_match = "exact"`).
     #[inline]
     fn resolve<'a>(&self, descriptors: &Descriptors<'a>) -> Values<'a> {
-        let mut values: Values<'a> = SmallVec::from_elem(None, self.names.len());
+        let mut values: Values<'a> = SmallVec::from_elem(None, self.names.len() + 1);
         for &(name, value) in descriptors {
-            if let Some(i) = self.names.iter().position(|n| **n == *name) {
-                values[i].get_or_insert(value);
-            }
+            match self.names.iter().position(|n| **n == *name) {
+                Some(i) => values[i].get_or_insert(value),
+                None => values[self.names.len()].get_or_insert(name),
+            };
         }
         values
     }
@@ -902,6 +911,7 @@ impl RuleSet {
                     .iter()
                     .map(|(d, spec)| (index_of(d), spec.clone()))
                     .collect(),
+                descriptor_match: config.descriptor_match.unwrap_or_default(),
                 key: rc.key.iter().map(|d| index_of(d)).collect(),
                 mode: rc.mode,
                 quota: valid.quota,
