@@ -407,6 +407,7 @@ async fn several_rules_on_redis_are_decided_in_order_and_earlier_admissions_are_
 name = "shared"
 backend = {{ redis = {{ url = "{}", timeout = "5s" }} }}
 [domains.policy]
+descriptor_match = "subset"    # "wide" (no match) applies to every descriptor
 [[domains.policy.rules]]
 name = "wide"
 limit = 5
