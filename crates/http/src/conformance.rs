@@ -158,8 +158,10 @@ impl Case {
 
     /// The case's policy as one tollgate-server domain named `domain` (TOML).
     pub fn server_config(&self, domain: &str) -> String {
+        // The request's facts arrive as one descriptor, as the HTTP edges pass them to the policy:
+        // rules match the subset they name (Envoy's exact matching is for one descriptor per rule).
         format!(
-            "[[domains]]\nname = \"{domain}\"\n[domains.policy]\n{}",
+            "[[domains]]\nname = \"{domain}\"\n[domains.policy]\ndescriptor_match = \"subset\"\n{}",
             self.policy
                 .replace("[[rules]]", "[[domains.policy.rules]]")
                 .replace("[[overrides]]", "[[domains.policy.overrides]]")

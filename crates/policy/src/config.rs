@@ -9,6 +9,8 @@ use tollgate_core::{Quota, QuotaError};
 use tollgate_sharded::KeyedError;
 use tollgate_striped::StripedError;
 
+use crate::descriptor_match::DescriptorMatch;
+
 /// A whole policy: its rules, per-value overrides and the global dry-run switch.
 ///
 /// ```
@@ -47,6 +49,12 @@ pub struct PolicyConfig {
     /// keeps its counters, labels included.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub metric_labels: BTreeMap<String, String>,
+    /// Whether a rule applies to a request whose descriptors include entries its `match` does not
+    /// name: `"subset"` (yes; what unset means here, for HTTP edges that pass every fact they
+    /// have) or `"exact"` (no; for Envoy's per-`rate_limits` descriptors, and what tollgate-server
+    /// sets for its domains when unset). See [`DescriptorMatch`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub descriptor_match: Option<DescriptorMatch>,
 }
 
 fn yes() -> bool {

@@ -9,6 +9,10 @@
 //! [`PolicyDecision`]: admitted only if every enforcing rule admits; when one denies, every rule
 //! that admitted the request gets its units back, so a denied request consumes nothing anywhere.
 //!
+//! * **Descriptor matching** ([`DescriptorMatch`]): a rule applies when the descriptors its `match`
+//!   names are present and match (`subset`, the default), or, with `descriptor_match = "exact"`,
+//!   only when the request carries no descriptor the rule does not name (Envoy's one descriptor
+//!   per limit; tollgate-server's default).
 //! * **Shadow mode** per rule, and a global dry-run switch ([`Policy::set_dry_run`]).
 //! * **Two-stage delay** (nginx's `burst=… delay=…`): a bucket rule with `delay.max_delay` admits its
 //!   burst at once, asks the next requests to wait up to `max_delay` ([`PolicyDecision::delay`]), and
@@ -43,6 +47,7 @@
 //! has one), `delay` a wait before forwarding.
 
 mod config;
+mod descriptor_match;
 mod engine;
 mod limiter;
 mod policy;
@@ -58,6 +63,7 @@ pub use config::{
     AlgorithmKind, ConfigError, ConfigErrorKind, DelayConfig, MAX_CAPACITY, MatchSpec, Mode,
     OverrideConfig, PolicyConfig, RuleConfig, Storage, Validated,
 };
+pub use descriptor_match::DescriptorMatch;
 pub use policy::{Descriptors, Policy, PolicyDecision, PolicyError, RuleOutcome};
 #[cfg(feature = "redis")]
 pub use redis_store::{RedisPolicy, RedisSettings};

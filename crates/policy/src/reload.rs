@@ -337,6 +337,7 @@ impl Live {
             rules.push(Rule::compile(
                 rc,
                 valid,
+                config.descriptor_match.unwrap_or_default(),
                 &mut index_of,
                 identity,
                 overrides,

@@ -13,6 +13,7 @@ use crate::config::{
     AlgorithmKind, ConfigError, ConfigErrorKind, MatchSpec, Mode, PolicyConfig, RuleConfig,
     ValidRule, delay_units,
 };
+use crate::descriptor_match::{self, DescriptorMatch};
 use crate::policy::Descriptors;
 use crate::reload::Identity;
 use crate::stats::{Counters, Outcome, PolicySnapshot, RuleStats};
@@ -36,6 +37,8 @@ pub(crate) struct RuleSet {
 pub(crate) struct Rule {
     pub(crate) name: &'static str,
     pub(crate) matches: Box<[(usize, MatchSpec)]>,
+    /// The policy's `descriptor_match` (whether entries the rule does not name keep it out).
+    pub(crate) descriptor_match: DescriptorMatch,
     pub(crate) key: Box<[usize]>,
     pub(crate) mode: Mode,
     pub(crate) algorithm: AlgorithmKind,
@@ -71,9 +74,11 @@ pub(crate) fn intern(name: &str) -> &'static str {
 
 impl Rule {
     /// Compiles one validated rule; `index_of` numbers the descriptor names of its rule set.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn compile(
         rc: &RuleConfig,
         valid: &ValidRule,
+        descriptor_match: DescriptorMatch,
         index_of: &mut impl FnMut(&str) -> usize,
         identity: Identity,
         overrides: HashMap<String, Quota>,
@@ -101,6 +106,7 @@ impl Rule {
                 .iter()
                 .map(|(d, spec)| (index_of(d), spec.clone()))
                 .collect(),
+            descriptor_match,
             key: rc.key.iter().map(|d| index_of(d)).collect(),
             mode: rc.mode,
             algorithm: valid.algorithm,
@@ -119,6 +125,7 @@ impl Rule {
         self.matches
             .iter()
             .all(|(i, spec)| values[*i].is_some_and(|v| spec.matches(v)))
+            && descriptor_match::admits(self.descriptor_match, &self.matches, values)
     }
 
     /// Whether this rule's denials count for the request (not shadow, not a dry run).
@@ -281,6 +288,7 @@ impl RuleSet {
             rules.push(Rule::compile(
                 rc,
                 valid,
+                config.descriptor_match.unwrap_or_default(),
                 &mut index_of,
                 identity,
                 overrides,
@@ -296,14 +304,16 @@ impl RuleSet {
         })
     }
 
-    /// Each descriptor name's value in this request (first occurrence wins).
+    /// Each descriptor name's value in this request (first occurrence wins), and one slot more at
+    /// the end, set when the request has a name no rule uses (for `descriptor_match = "exact"`).
     #[inline]
     pub(crate) fn resolve<'a>(&self, descriptors: &Descriptors<'a>) -> Values<'a> {
-        let mut values: Values<'a> = SmallVec::from_elem(None, self.names.len());
+        let mut values: Values<'a> = SmallVec::from_elem(None, self.names.len() + 1);
         for &(name, value) in descriptors {
-            if let Some(i) = self.names.iter().position(|n| **n == *name) {
-                values[i].get_or_insert(value);
-            }
+            match self.names.iter().position(|n| **n == *name) {
+                Some(i) => values[i].get_or_insert(value),
+                None => values[self.names.len()].get_or_insert(name),
+            };
         }
         values
     }

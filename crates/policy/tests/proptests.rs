@@ -108,6 +108,7 @@ fn config(specs: &[RuleSpec; 3], striped: bool) -> PolicyConfig {
         dry_run: false,
         metrics: true,
         metric_labels: Default::default(),
+        descriptor_match: None,
         rules: vec![
             rule("user", Some("user"), &specs[0], Storage::Atomic),
             rule("route", Some("route"), &specs[1], Storage::Atomic),

@@ -31,6 +31,16 @@
 //! On Redis as embedded, a descriptor's rules are decided as one: a denial gives back what the
 //! other rules admitted.
 //!
+//! **Descriptor matching**: Envoy sends one descriptor per `rate_limits` entry of a route, and each
+//! descriptor is one policy check. A rule applies to a descriptor only when the descriptor has no
+//! entry the rule's `match` does not name (tollgate-policy's `descriptor_match = "exact"`, which
+//! the server sets for every domain whose policy leaves it unset): `match = { remote_address =
+//! "any" }` counts the descriptor `remote_address` and not the descriptor `remote_address` +
+//! `path`, so one request is counted once per rule. A rule with an empty `match` would apply to no
+//! descriptor and is refused at load: give a global limit a `generic_key` action and match that.
+//! `descriptor_match = "subset"` in `[domains.policy]` gives the engine's own behaviour (a rule
+//! applies whatever other entries the descriptor has).
+//!
 //! The file is TOML, or YAML when its name ends in `.yaml`/`.yml` (same schema).
 //!
 //! **An empty config is refused** (at start, and on reload, where the running config stays): a
@@ -46,7 +56,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde::Deserialize;
-use tollgate_policy::PolicyConfig;
+use tollgate_policy::{DescriptorMatch, PolicyConfig};
 
 /// The whole file.
 #[derive(Clone, Debug, Deserialize)]
@@ -440,8 +450,14 @@ impl ServerConfig {
         };
         // What the server adds to each domain's policy, here so that every use of `policy` sees it:
         // the domain as a metrics label (two domains may name rules alike; a `domain` label the
-        // config sets itself wins).
+        // config sets itself wins), and Envoy's descriptor matching (a rule applies to a descriptor
+        // only when the descriptor has no entry the rule does not name, unless the config says
+        // `descriptor_match = "subset"`).
         for domain in &mut config.domains {
+            domain
+                .policy
+                .descriptor_match
+                .get_or_insert(DescriptorMatch::Exact);
             domain
                 .policy
                 .metric_labels
@@ -476,6 +492,19 @@ impl ServerConfig {
                      request (tollgate-http's PolicyLayer, tollgate-pingora) or remove `delay`",
                     domain.name, rule.name
                 )));
+            }
+            if domain.policy.descriptor_match == Some(DescriptorMatch::Exact) {
+                // A descriptor always has an entry, so under exact matching a rule that names
+                // none would never apply: refused rather than silently dead.
+                if let Some(rule) = domain.policy.rules.iter().find(|r| r.matches.is_empty()) {
+                    return Err(ConfigFileError::Invalid(format!(
+                        "domain `{}`, rule `{}`: an empty `match` applies to no Envoy descriptor \
+                         (descriptors are matched exactly); match the descriptor Envoy sends, \
+                         e.g. `match = {{ generic_key = {{ exact = \"global\" }} }}` for a \
+                         `generic_key` action, or set `descriptor_match = \"subset\"`",
+                        domain.name, rule.name
+                    )));
+                }
             }
             if let Backend::Redis(redis) = &domain.backend {
                 redis.validate(&domain.policy).map_err(|e| {
@@ -550,7 +579,7 @@ mod tests {
         let end = start + section[start..].find("```").expect("the block ends");
         // The fragment shows the backend; its `[domains.policy]` is left for the reader's rules.
         let fragment = format!(
-            "{}[[domains.policy.rules]]\nname = \"r\"\nlimit = 5\nperiod = \"1s\"\n",
+            "{}[[domains.policy.rules]]\nname = \"r\"\nmatch = {{ k = \"any\" }}\nlimit = 5\nperiod = \"1s\"\n",
             &section[start..end]
         );
         let config = ServerConfig::parse(&fragment, false).expect("README parses");
@@ -586,8 +615,35 @@ mod tests {
     }
 
     #[test]
+    fn domains_match_descriptors_exactly_unless_their_policy_says_subset() {
+        let domain = |extra: &str, rule: &str| {
+            format!(
+                "[[domains]]\nname = \"a\"\n[domains.policy]\n{extra}[[domains.policy.rules]]\n\
+                 name = \"r\"\n{rule}limit = 5\nperiod = \"1s\"\n"
+            )
+        };
+        let config =
+            ServerConfig::parse(&domain("", "match = { k = \"any\" }\n"), false).expect("parses");
+        assert_eq!(
+            config.domains[0].policy.descriptor_match,
+            Some(DescriptorMatch::Exact)
+        );
+        // Under exact matching an empty match could never apply: refused, naming the rule.
+        match ServerConfig::parse(&domain("", ""), false) {
+            Err(ConfigFileError::Invalid(m)) => assert!(m.contains("rule `r`"), "{m}"),
+            other => panic!("expected an invalid config, got {other:?}"),
+        }
+        let config = ServerConfig::parse(&domain("descriptor_match = \"subset\"\n", ""), false)
+            .expect("subset keeps the engine's matching, where an empty match is every request");
+        assert_eq!(
+            config.domains[0].policy.descriptor_match,
+            Some(DescriptorMatch::Subset)
+        );
+    }
+
+    #[test]
     fn redis_backend_yaml_and_errors() {
-        let policy = "  policy:\n    rules:\n      - { name: g, limit: 5, period: 1s }\n";
+        let policy = "  policy:\n    rules:\n      - { name: g, match: { generic_key: any }, limit: 5, period: 1s }\n";
         let yaml = format!(
             "domains:\n- name: a\n  backend: {{ redis: {{ url: 'redis://127.0.0.1:1/', mode: lease, fail: open }} }}\n{policy}- name: b\n  backend: embedded\n{policy}"
         );
@@ -599,7 +655,7 @@ mod tests {
 
         let toml = |backend: &str, rule: &str| {
             format!(
-                "[[domains]]\nname = \"a\"\nbackend = {backend}\n[domains.policy]\n[[domains.policy.rules]]\nname = \"r\"\nlimit = 5\nperiod = \"1s\"\n{rule}"
+                "[[domains]]\nname = \"a\"\nbackend = {backend}\n[domains.policy]\n[[domains.policy.rules]]\nname = \"r\"\nmatch = {{ generic_key = \"any\" }}\nlimit = 5\nperiod = \"1s\"\n{rule}"
             )
         };
         let parse_err = |backend: &str| match ServerConfig::parse(&toml(backend, ""), false) {
@@ -650,7 +706,7 @@ mod tests {
 
     #[test]
     fn an_empty_config_is_refused_unless_allowed() {
-        let rule = "[[domains.policy.rules]]\nname = \"r\"\nlimit = 5\nperiod = \"1s\"\n";
+        let rule = "[[domains.policy.rules]]\nname = \"r\"\nmatch = { k = \"any\" }\nlimit = 5\nperiod = \"1s\"\n";
         let no_rules = "[[domains]]\nname = \"a\"\n[domains.policy]\n";
         let second_empty = format!(
             "[[domains]]\nname = \"a\"\n[domains.policy]\n{rule}\

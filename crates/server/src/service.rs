@@ -442,7 +442,7 @@ mod tests {
         ServerConfig::parse(
             &format!(
                 "[[domains]]\nname = \"a\"\nbackend = {backend}\n[domains.policy]\n\
-                 [[domains.policy.rules]]\nname = \"r\"\nlimit = 5\nperiod = \"1s\"\n"
+                 [[domains.policy.rules]]\nname = \"r\"\nmatch = {{ k = \"any\" }}\nlimit = 5\nperiod = \"1s\"\n"
             ),
             false,
         )

@@ -30,6 +30,9 @@ mode = "shadow"
 [[domains]]
 name = "other"
 [domains.policy]
+# A rule with an empty match applies to every descriptor only with subset matching (the server's
+# default, exact, would apply it to none).
+descriptor_match = "subset"
 [[domains.policy.rules]]
 name = "all"
 limit = 1000

@@ -23,6 +23,7 @@ const CONFIG: &str = r#"
 [[domains]]
 name = "edge"
 [domains.policy]
+descriptor_match = "subset"
 [[domains.policy.rules]]
 name = "all"
 limit = 5

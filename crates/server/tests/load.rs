@@ -23,6 +23,7 @@ capacity = 1000
 [[domains]]
 name = "tight"
 [domains.policy]
+descriptor_match = "subset"    # "all" (no match) applies to every descriptor
 [[domains.policy.rules]]
 name = "all"
 limit = 5

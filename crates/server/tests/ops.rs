@@ -217,6 +217,7 @@ async fn sigterm_lets_a_call_in_flight_finish() {
 name = "slow"
 backend = {{ redis = {{ url = "redis://127.0.0.1:{port}/", fail = "closed", fail_retry_after = "7s", timeout = "20s", breaker = {{ failures = 0 }} }} }}
 [domains.policy]
+descriptor_match = "subset"    # "global" (no match) applies to every descriptor
 [[domains.policy.rules]]
 name = "global"
 limit = 10

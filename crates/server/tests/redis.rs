@@ -411,6 +411,7 @@ async fn several_rules_on_redis_are_decided_as_one_and_a_denial_gives_units_back
 name = "shared"
 backend = {{ redis = {{ url = "{}", timeout = "5s" }} }}
 [domains.policy]
+descriptor_match = "subset"    # "wide" (no match) applies to every descriptor
 [[domains.policy.rules]]
 name = "wide"
 limit = 5
