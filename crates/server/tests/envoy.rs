@@ -457,19 +457,21 @@ fn several_descriptors_per_call_are_counted_once_each() {
     let Some(bin) = envoy_binary() else { return };
     let s = stack(&bin, "descriptors", &edge(10, 3, 1000), |y| y);
     // Each /login request carries the descriptors `remote_address` (per_ip) and
-    // `remote_address` + `path` (login). 3 logins pass; the next 2 are denied by login, while
-    // per_ip's descriptor, decided on its own, admitted all 5.
+    // `remote_address` + `path` (login). 3 logins pass; the next 2 are denied by login, and as
+    // the call is decided as one (the domain's default `descriptors = "atomic"`), per_ip gets
+    // back what it admitted for them.
     let (ok, over, denied) = send(&s.envoy, "/login/x", 5);
     assert_eq!((ok, over), (3, 2));
     for reply in &denied {
         let entries = tollgate_client::ratelimit_entries(&reply.header_map()).expect("RateLimit");
         assert_eq!(entries[0].policy, "login", "{entries:?}");
     }
-    // per_ip has 10 - 5 left: with per_ip also matching the `remote_address` + `path` descriptor
-    // (subset matching) the 3 admitted logins would have cost it 6, and 2 would be left.
-    let (ok, over, _) = send(&s.envoy, "/", 7);
-    assert_eq!((ok, over), (5, 2), "per_ip counted each request once");
-    assert_eq!(s.upstream.seen(), 3 + 5);
+    // per_ip has 10 - 3 left: each admitted login counted once (with subset matching per_ip would
+    // also match the `remote_address` + `path` descriptor: 6 spent, 4 left), and the refused ones
+    // not at all (decided independently: 5 spent, 5 left).
+    let (ok, over, _) = send(&s.envoy, "/", 8);
+    assert_eq!((ok, over), (7, 1), "per_ip counted each admitted request once");
+    assert_eq!(s.upstream.seen(), 3 + 7);
     s.envoy.assert_no_rls_errors();
 }
 
