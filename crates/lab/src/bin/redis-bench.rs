@@ -2,11 +2,12 @@
 //! mode's accuracy with 4 simulated instances.
 //!
 //! ```text
-//! cargo run --release -p tollgate-redis --example redis_bench -- [--secs 3] [--json PATH] [--url redis://...]
+//! cargo run --release -p tollgate-lab --bin redis-bench -- [--secs 3] [--json PATH] [--url redis://...]
 //! ```
 //! Without `--url` it starts its own `redis-server` on a free loopback port (it must be on PATH).
 
-#[path = "../tests/common/mod.rs"]
+// The redis-server and Redis Cluster harness of tollgate-redis's tests, shared by path.
+#[path = "../../../redis/tests/common/mod.rs"]
 mod common;
 
 use std::future::Future;

@@ -10,7 +10,7 @@
 //! * Each client then retries until it is admitted. Calls take no time; a call's outcome is
 //!   decided at the instant it is made.
 //! * The server admits a fixed rate with a GCRA (the token bucket's virtual-scheduling form,
-//!   written inline here so this crate depends on no other Tollgate crate): emission interval
+//!   written inline here, so the whole model reads in one file): emission interval
 //!   `T = 1 s / rate`, tolerance `τ = T·(burst − 1)`, so it admits `burst` at once from idle and
 //!   then one per `T`. A request at `t` is admitted iff `t ≥ TAT − τ`, and then
 //!   `TAT = max(TAT, t) + T`.
@@ -19,8 +19,8 @@
 //!   `Retry-After`: the GCRA's time until the next admission, rounded *up* to whole seconds
 //!   as delay-seconds must be, and the client waits that plus its [`ServerJitter`] extra
 //!   (none: exactly the server's wait, the rule before issue 11; the default: up to 50 %, at
-//!   most 1 s), as [`RetryPolicy`](crate::RetryPolicy) does. The first retry after the shared
-//!   failure has no header and uses the fallback jitter.
+//!   most 1 s), as [`RetryPolicy`](tollgate_client::RetryPolicy) does. The first retry after the
+//!   shared failure has no header and uses the fallback jitter.
 //! * Every client has its own RNG ([`rand::rngs::StdRng`]) seeded from the run's seed and
 //!   its index, so a seed fixes the whole run.
 //!
@@ -40,7 +40,12 @@ use std::time::Duration;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
-use crate::backoff::{Backoff, BackoffState, ConfigError, Jitter, ServerJitter, nanos};
+use tollgate_client::{Backoff, BackoffState, ConfigError, Jitter, ServerJitter};
+
+/// Saturating conversion of a duration to whole nanoseconds in `u64`.
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
 
 /// How a simulated client chooses its waits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -295,11 +300,11 @@ impl Gcra {
 ///
 /// ```
 /// use tollgate_client::Jitter;
-/// use tollgate_client::herd::{simulate, HerdConfig, Strategy};
+/// use tollgate_lab::herd::{simulate, HerdConfig, Strategy};
 ///
 /// let run = simulate(&HerdConfig::new(25, Strategy::Backoff(Jitter::Full)))?;
 /// assert!(run.total_calls >= 50); // 25 failures at t = 0, then at least one call each
-/// # Ok::<(), tollgate_client::herd::HerdError>(())
+/// # Ok::<(), tollgate_lab::herd::HerdError>(())
 /// ```
 ///
 /// # Errors

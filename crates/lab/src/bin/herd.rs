@@ -3,7 +3,7 @@
 //! then the server's `Retry-After` obeyed exactly against the client's bounded extra over it.
 //!
 //! ```text
-//! cargo run -p tollgate-client --example herd [-- OUT_DIR]
+//! cargo run -p tollgate-lab --bin herd [-- OUT_DIR]
 //! ```
 //!
 //! Writes `herd.md`, `herd.json` and `herd.svg` to `OUT_DIR` (default: `results/herd` at the
@@ -15,8 +15,8 @@ use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use plotters::prelude::*;
-use tollgate_client::herd::{HerdConfig, Server, Strategy, SweepRow, sweep};
 use tollgate_client::{Jitter, ServerJitter};
+use tollgate_lab::herd::{HerdConfig, Server, Strategy, SweepRow, sweep};
 
 const CLIENTS: [u32; 4] = [10, 25, 50, 100];
 const SERVERS: [Server; 2] = [Server::BURST_10, Server::STRICT];
@@ -26,7 +26,7 @@ const SENSITIVITY_CLIENTS: [u32; 2] = [25, 100];
 /// Extras over the server's wait compared in the Retry-After section (percent of the wait, all
 /// at most 1 s); 0 is the exact wait, 50 the default.
 const SERVER_JITTER_PERCENTS: [u32; 5] = [0, 10, 25, 50, 100];
-const COMMAND: &str = "cargo run -p tollgate-client --example herd";
+const COMMAND: &str = "cargo run -p tollgate-lab --bin herd";
 
 fn main() -> Result<(), Box<dyn Error>> {
     let out = std::env::args_os().nth(1).map_or_else(
@@ -133,7 +133,7 @@ fn main() -> Result<(), Box<dyn Error>> {
             .iter()
             .map(|(base, row)| serde_json::json!({ "base_ms": base, "row": row }))
             .collect::<Vec<_>>(),
-        "peak_window_ms": tollgate_client::herd::PEAK_WINDOW.as_millis() as u64,
+        "peak_window_ms": tollgate_lab::herd::PEAK_WINDOW.as_millis() as u64,
         "server_jitter_max_extra_ms": 1000,
         "server_jitter_sensitivity": spread,
     });
@@ -259,7 +259,7 @@ fn markdown(
          - Date: {date}; commit: {commit}\n\
          - Machine: `nproc` = {nproc}, CPU: {cpu} (the simulation runs in virtual time and is \
          deterministic: the machine does not change the numbers)\n\
-         - Model (`tollgate_client::herd`): N clients all fail at t = 0 (a shared outage without \
+         - Model (`tollgate_lab::herd`): N clients all fail at t = 0 (a shared outage without \
          Retry-After; that call counts), then retry until a GCRA admits them: 10 req/s with \
          burst 10, and again with burst 1 (strict pacing: one admission per 100 ms). Backoff \
          base {base} ms, cap {cap} s, unlimited attempts. `retry-after`: every 429 carries \

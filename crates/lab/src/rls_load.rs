@@ -1,4 +1,5 @@
-//! `tollgate-server load`: a closed-loop gRPC load client for `ShouldRateLimit`.
+//! `rls-load` (`cargo run --release -p tollgate-lab --bin rls-load -- ...`): a closed-loop gRPC load
+//! client for Envoy RLS v3's `ShouldRateLimit`, such as tollgate-server's.
 //!
 //! `--streams N` tokio tasks each keep one unary call in flight (send, await the answer, send the
 //! next), spread round-robin over `--channels` HTTP/2 connections (see [`ClientKind`] for the
@@ -39,7 +40,7 @@ use prost::Message as _;
 use serde::Serialize;
 use tonic::transport::{Channel, Endpoint};
 
-/// The `load` subcommand's arguments.
+/// `rls-load`'s arguments.
 #[derive(clap::Args, Clone, Debug)]
 pub struct LoadArgs {
     /// The server's gRPC address.
@@ -107,7 +108,7 @@ pub enum ClientKind {
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime_serde::re::humantime::parse_duration(s).map_err(|e| e.to_string())
+    humantime::parse_duration(s).map_err(|e| e.to_string())
 }
 
 /// Why a load run could not be made or reported.

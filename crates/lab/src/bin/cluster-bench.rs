@@ -5,14 +5,15 @@
 //! rarely (about as often as a lease lives) and often.
 //!
 //! ```text
-//! cargo run --release -p tollgate-redis --example cluster_bench -- [--secs 5] [--warm 1] [--rep 1] [--json PATH]
-//! cargo run --release -p tollgate-redis --example cluster_bench -- --summarize rep1.json rep2.json ...
+//! cargo run --release -p tollgate-lab --bin cluster-bench -- [--secs 5] [--warm 1] [--rep 1] [--json PATH]
+//! cargo run --release -p tollgate-lab --bin cluster-bench -- --summarize rep1.json rep2.json ...
 //! ```
-//! It starts its own `redis-server` and cluster (the test harness of `tests/common`), on free loopback
-//! ports, killed by PID on exit. `--summarize` prints the medians over several runs' JSON files.
+//! It starts its own `redis-server` and cluster (the harness of tollgate-redis's `tests/common`), on
+//! free loopback ports, killed by PID on exit. `--summarize` prints the medians over several runs' JSON files.
 //! `results/redis-cluster/run.sh` runs it.
 
-#[path = "../tests/common/mod.rs"]
+// The redis-server and Redis Cluster harness of tollgate-redis's tests, shared by path.
+#[path = "../../../redis/tests/common/mod.rs"]
 mod common;
 
 use std::future::Future;

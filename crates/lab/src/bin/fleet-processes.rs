@@ -4,15 +4,16 @@
 //! allows over the run.
 //!
 //! ```text
-//! cargo run --release -p tollgate-redis --example fleet_processes -- [--secs 5] [--json PATH] [--no-cluster]
+//! cargo run --release -p tollgate-lab --bin fleet-processes -- [--secs 5] [--json PATH] [--no-cluster]
 //! ```
 //! The coordinator (this program without `--member`) starts a `redis-server` and a 3+3 Redis Cluster
-//! on free loopback ports (the test harness of `tests/common`, killed by PID on exit), then for each
-//! backend, mode and demand starts 4 copies of itself with `--member ...` at once, each pacing its
+//! on free loopback ports (the harness of tollgate-redis's `tests/common`, killed by PID on exit),
+//! then for each backend, mode and demand starts 4 copies of itself with `--member ...` at once, each pacing its
 //! share of the demand from a common start instant, and sums the JSON line each prints.
 //! `results/redis-fleet/run.sh` runs it.
 
-#[path = "../tests/common/mod.rs"]
+// The redis-server and Redis Cluster harness of tollgate-redis's tests, shared by path.
+#[path = "../../../redis/tests/common/mod.rs"]
 mod common;
 
 use std::process::{Command, Stdio};
