@@ -73,6 +73,23 @@ cargo test --workspace --locked
 step "tollgate-core with every feature (the async shaper)"
 cargo test -p tollgate-core --all-features --locked
 
+# Every facade feature alone (cargo-hack's --each-feature, as a loop): a feature that builds only
+# beside another, or a cfg that names the wrong feature, fails here. The features are read from
+# crates/tollgate/Cargo.toml's [features] table, so a new one is checked without editing this.
+facade_features=$(sed -n '/^\[features\]/,/^\[/{s/^\([a-z0-9_-]*\) = .*/\1/p}' crates/tollgate/Cargo.toml)
+for feature in $facade_features; do
+  step "the facade with one feature: cargo check -p tollgate --no-default-features --features $feature"
+  cargo check -p tollgate --no-default-features --features "$feature" --locked
+done
+step "the facade with no feature"
+cargo check -p tollgate --no-default-features --locked
+# `http` alone must not bring in the policy engine (nor its toml/YAML parsers) or axum.
+if cargo tree -p tollgate --no-default-features --features http -e normal --prefix none --locked \
+  | grep -E '^(tollgate-policy|toml|serde_yaml_ng|arc-swap|metrics|axum) '; then
+  echo "the facade's http feature pulls in the crates above" >&2
+  exit 1
+fi
+
 step "criterion benches compile"
 cargo test --workspace --benches --no-run --locked
 

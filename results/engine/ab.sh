@@ -16,7 +16,16 @@ ROUNDS=${ROUNDS:-5}
 ITERS=${ITERS:-1000000}
 OUT=${OUT:-$HERE/raw}
 mkdir -p "$OUT"
-build() { (cd "$1" && cargo build --release -p tollgate-pingora --example bench --locked >/dev/null); }
+# The bench is tollgate-lab's `pingora-bench` binary; commits before the lab crate have it as
+# tollgate-pingora's `bench` example.
+bin() { if [ -e "$1/crates/lab/src/bin/pingora-bench.rs" ]; then echo "$1/target/release/pingora-bench"; else echo "$1/target/release/examples/bench"; fi; }
+build() {
+  if [ -e "$1/crates/lab/src/bin/pingora-bench.rs" ]; then
+    (cd "$1" && cargo build --release -p tollgate-lab --bin pingora-bench --locked >/dev/null)
+  else
+    (cd "$1" && cargo build --release -p tollgate-pingora --example bench --locked >/dev/null)
+  fi
+}
 build "$BASE"
 build "$ROOT"
 {
@@ -30,7 +39,7 @@ build "$ROOT"
 for round in $(seq 1 "$ROUNDS"); do
   for side in base new; do
     dir=$BASE; [ "$side" = new ] && dir=$ROOT
-    "$dir/target/release/examples/bench" decide --iters "$ITERS" | sed "s/^MICRO /MICRO side=$side round=$round /" >>"$OUT/micro-ab.txt"
+    "$(bin "$dir")" decide --iters "$ITERS" | sed "s/^MICRO /MICRO side=$side round=$round /" >>"$OUT/micro-ab.txt"
   done
 done
 echo "load at end: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/machine.txt"

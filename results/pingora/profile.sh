@@ -7,9 +7,9 @@ cd "$(dirname "$0")/../.."
 MODE=${1:-policy}
 KEYS=${2:-1000000}
 LOCK=${LOCK:-/work/bench.lock}
-BIN=target/release/examples/bench
+BIN=target/release/pingora-bench
 OUT=results/pingora/raw/profile-$MODE-k$KEYS.txt
-nice -n 15 cargo build -p tollgate-pingora --release --example bench --locked
+nice -n 15 cargo build -p tollgate-lab --release --bin pingora-bench --locked
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 wait_http() { for _ in $(seq 100); do curl -s -o /dev/null "$1" && return 0; sleep 0.1; done; return 1; }
 UP=$(free_port); PX=$(free_port)

@@ -5,7 +5,7 @@
 #   DUR=2 REPS=1 ACC_DUR=3 results/pingora/run.sh   # a quick smoke run
 #   MICRO=1 results/pingora/run.sh    # also `bench decide` (in-process cost) into raw/micro-run.txt
 #
-# For each run a fresh upstream and a fresh proxy (`crates/pingora/examples/bench.rs`, release) are
+# For each run a fresh upstream and a fresh proxy (`crates/lab/src/bin/pingora-bench.rs`, release) are
 # started on free loopback ports, wrk loads the proxy through keys.lua, the proxy's VmRSS/VmHWM are
 # read from /proc, the upstream's per-key counts are fetched, and both are stopped by PID.
 #
@@ -34,9 +34,9 @@ PROXY_THREADS=2    # Pingora worker threads
 LOCK=${LOCK:-/work/bench.lock}
 HERE=results/pingora
 RAW=${RAW:-$HERE/raw}
-BIN=target/release/examples/bench
+BIN=target/release/pingora-bench
 
-nice -n 15 cargo build -p tollgate-pingora --release --example bench --locked
+nice -n 15 cargo build -p tollgate-lab --release --bin pingora-bench --locked
 mkdir -p "$RAW"
 rm -f "$RAW"/perf-* "$RAW"/acc-*   # this script's own files only (micro-*, profile-* stay)
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Decisions/s and latency, per-request GCRA vs the lease mode at 1, 32 and 128 tasks, on a 3+3 Redis
-# Cluster beside a single redis-server (both started by the example on free loopback ports).
+# Cluster beside a single redis-server (both started by the benchmark on free loopback ports).
 # Usage: results/redis-cluster/run.sh   (from anywhere inside the repository)
 # Env: OUT (results/redis-cluster: where the raw files and summary go), REPS (3), SECS (5 measured per row), WARM (1 unmeasured per row), LOCK (/work/bench.lock if it
 # exists: each repetition holds it while measuring; the build runs outside it).
@@ -9,8 +9,8 @@ cd "$(git rev-parse --show-toplevel)"
 out=${OUT:-results/redis-cluster}; mkdir -p "$out"
 reps=${REPS:-3}; secs=${SECS:-5}; warm=${WARM:-1}
 lock=${LOCK:-/work/bench.lock}
-nice -n 15 cargo build --release -p tollgate-redis --example cluster_bench
-exe=target/release/examples/cluster_bench
+nice -n 15 cargo build --release -p tollgate-lab --bin cluster-bench
+exe=target/release/cluster-bench
 locked() { if [ -e "$lock" ]; then flock "$lock" "$@"; else "$@"; fi; }
 {
   echo "command: results/redis-cluster/run.sh  (REPS=$reps SECS=$secs WARM=$warm)"

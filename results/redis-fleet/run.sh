@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fleet accuracy with 4 separate processes sharing one quota (per-request GCRA, fixed window, lease
 # mode) at demand 0.5x, 1x and 4x, on a single redis-server and on a 3+3 Redis Cluster (started by the
-# example on free loopback ports), in real time.
+# benchmark on free loopback ports), in real time.
 # Usage: results/redis-fleet/run.sh   (from anywhere inside the repository)
 # Env: SECS (5 per run), LOCK (/work/bench.lock if it exists: held while measuring; the build runs
 # outside it).
@@ -10,8 +10,8 @@ cd "$(git rev-parse --show-toplevel)"
 out=results/redis-fleet
 secs=${SECS:-5}
 lock=${LOCK:-/work/bench.lock}
-nice -n 15 cargo build --release -p tollgate-redis --example fleet_processes
-exe=target/release/examples/fleet_processes
+nice -n 15 cargo build --release -p tollgate-lab --bin fleet-processes
+exe=target/release/fleet-processes
 locked() { if [ -e "$lock" ]; then flock "$lock" "$@"; else "$@"; fi; }
 {
   echo "command: results/redis-fleet/run.sh  (SECS=$secs)"

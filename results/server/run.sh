@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# ShouldRateLimit calls/s and latency through tollgate-server's own load client
-# (`tollgate-server load`), at 1 and 64 concurrent streams, REPS repetitions each.
+# ShouldRateLimit calls/s and latency of tollgate-server, driven by tollgate-lab's RLS load client
+# (`rls-load`), at 1 and 64 concurrent streams, REPS repetitions each.
 #
 # Usage: results/server/run.sh [ROW ...]     (from anywhere inside the repository)
 #   ROW: NAME or NAME:KEYS, the config results/server/NAME.toml driven over KEYS distinct client
@@ -10,7 +10,8 @@
 # Env: DURATION (10s), WARMUP (2s), REPS (3), STREAMS ("1 64"), CHANNELS (2), THREADS (client
 #   runtime threads, 1), CLIENT (h2 | tonic: the load client's kind, h2), WORKERS (the server's
 #   runtime worker threads, 1; "" = one per core), KEYS (100), OUT (results/server/raw),
-#   SERVER_BIN (the server binary; default the fresh build, which always runs the load client).
+#   SERVER_BIN (the server binary; default the fresh build; the load client is always the fresh
+#   build of rls-load).
 #   The defaults give the server one core's worth of threads and the client the other: on 2
 #   shared cores more threads than cores only add context switches (results/server/README.md).
 #
@@ -35,9 +36,9 @@ mkdir -p "$OUT"
 rows=("$@")
 [ ${#rows[@]} -eq 0 ] && rows=(embedded redis_per_request redis_lease redis_lease:10000)
 
-nice -n 15 cargo build --release -p tollgate-server --locked
-bin=target/release/tollgate-server
-server_bin=${SERVER_BIN:-$bin}
+nice -n 15 cargo build --release -p tollgate-server -p tollgate-lab --bin tollgate-server --bin rls-load --locked
+server_bin=${SERVER_BIN:-target/release/tollgate-server}
+load_bin=target/release/rls-load
 
 lock() {
   if [ -e /work/bench.lock ]; then flock /work/bench.lock "$@"; else "$@"; fi
@@ -104,7 +105,7 @@ for rep in $(seq "$REPS"); do
     for streams in $STREAMS; do
       json="$OUT/$row-s$streams-r$rep.json"
       echo "== $row streams=$streams rep=$rep (load $(cut -d' ' -f1 /proc/loadavg))"
-      lock "$bin" load --target "http://$grpc" --domain edge --streams "$streams" \
+      lock "$load_bin" --target "http://$grpc" --domain edge --streams "$streams" \
         --channels "$CHANNELS" --threads "$THREADS" --client "$CLIENT" --keys "$keys" --server-pid "$server_pid" \
         "${other[@]}" --warmup "$WARMUP" --duration "$DURATION" --json "$json"
     done

@@ -20,8 +20,8 @@
 //!
 //! # Tollgate's default: full jitter
 //! [`Backoff::default`] is base 100 ms, cap 10 s, 5 attempts, **full jitter**, chosen from the
-//! herd simulation ([`herd`]; numbers in `results/herd/herd.md`): N clients fail together and
-//! retry against a 10 req/s GCRA with burst 10 and with burst 1 (strict pacing).
+//! herd simulation (tollgate-lab's `herd`; numbers in `results/herd/herd.md`): N clients fail
+//! together and retry against a 10 req/s GCRA with burst 10 and with burst 1 (strict pacing).
 //! * No jitter is the herd: with strict pacing it made 5150 calls for N = 100 (6.6 times full
 //!   jitter) and its last client waited 943 s instead of 25 s; with burst 10 it made 18% more
 //!   calls and finished at 62.7 s instead of 12-14 s.
@@ -76,7 +76,6 @@
 
 mod backoff;
 mod headers;
-pub mod herd;
 mod retry;
 
 pub use backoff::{

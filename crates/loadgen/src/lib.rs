@@ -86,6 +86,7 @@ pub mod alloc;
 pub mod cli;
 pub mod keys;
 pub mod machine;
+pub mod progress;
 pub mod report;
 pub mod runner;
 pub mod suite;

@@ -4,12 +4,11 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use indicatif::{ProgressBar, ProgressStyle};
-
 use crate::accuracy::{self, AccuracyConfig};
 use crate::cli::{AccuracyArgs, LoopChoice, RunArgs};
 use crate::keys::{self, KeyDist};
 use crate::machine::{self, Machine};
+use crate::progress::Progress;
 use crate::report::{self, Header, Record, SuiteFile};
 use crate::runner::{self, LoopMode, RunConfig, Timer};
 use crate::targets::{self, BuildError, Impl, QuotaMode, Target, TargetInfo, Visit};
@@ -226,17 +225,7 @@ pub fn run_suite(args: &RunArgs, command: &str) -> Result<Vec<Record>, SuiteErro
     }
     let run_secs = (args.warmup + args.duration).as_secs_f64();
     let total_runs = planned.len() * args.repeat;
-    let total_secs = run_secs * total_runs as f64;
-    let bar = if total_secs > 3.0 {
-        let bar = ProgressBar::new((total_secs * 1000.0) as u64);
-        bar.set_style(
-            ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {percent:>3}% {msg}")
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
-        );
-        bar
-    } else {
-        ProgressBar::hidden()
-    };
+    let progress = Progress::new(total_runs, run_secs);
     let mut bytes_cache: Vec<((Impl, u64), Option<f64>)> = Vec::new();
     // Every repetition of every planned run, indexed like `planned`.
     let mut results: Vec<Vec<(runner::RunResult, TargetInfo)>> = vec![Vec::new(); planned.len()];
@@ -252,13 +241,16 @@ pub fn run_suite(args: &RunArgs, command: &str) -> Result<Vec<Record>, SuiteErro
         for i in order {
             let p = &planned[i];
             let (scenario, _) = scenario_name(p);
-            bar.set_message(format!(
-                "{} {} ×{} #{}",
-                p.imp,
-                scenario,
-                p.threads,
-                rep + 1
-            ));
+            let repetition = if args.repeat > 1 {
+                format!(", repetition {}/{}", rep + 1, args.repeat)
+            } else {
+                String::new()
+            };
+            let threads = if p.threads == 1 { "thread" } else { "threads" };
+            progress.start(
+                done,
+                &format!("{} {scenario} {} {threads}{repetition}", p.imp, p.threads),
+            );
             let streams = streams_by_dist
                 .iter()
                 .find(|(d, _)| *d == p.keys)
@@ -272,8 +264,7 @@ pub fn run_suite(args: &RunArgs, command: &str) -> Result<Vec<Record>, SuiteErro
                 batch: args.batch.max(1),
                 pin: !args.no_pin,
             };
-            let base_ms = done as f64 * run_secs * 1000.0;
-            let mut tick = |f: f64| bar.set_position((base_ms + f * run_secs * 1000.0) as u64);
+            let mut tick = |f: f64| progress.tick(done, f);
             let measured = targets::build(
                 p.imp,
                 p.quota,
@@ -368,7 +359,7 @@ pub fn run_suite(args: &RunArgs, command: &str) -> Result<Vec<Record>, SuiteErro
             ns_per_decision_runs,
         });
     }
-    bar.finish_and_clear();
+    progress.finish();
     let header = Header {
         tool: format!("tollgate-bench {}", env!("CARGO_PKG_VERSION")),
         command: command.to_owned(),

@@ -17,7 +17,7 @@
 //!   `failure_mode_deny` then decides; the server keeps serving).
 //! * The response carries `RateLimit`, `RateLimit-Policy` and, when over the limit, `Retry-After`
 //!   (text from tollgate-http, the fields' one home) for Envoy to add.
-//! * `tollgate-server load ...` is a gRPC load client for the service ([`load`]).
+//! * Its load client is a lab tool: `cargo run --release -p tollgate-lab --bin rls-load`.
 //! * Backend per domain: embedded (this process holds the state) or Redis (per-request scripts or
 //!   local leases, shared by every replica; see [`redis_backend`] for keys, what holds across
 //!   several rules, and the fail-open/closed answer while Redis is down).
@@ -26,7 +26,6 @@ pub mod app;
 pub mod config;
 pub mod grpc;
 pub mod http_api;
-pub mod load;
 pub mod redis_backend;
 pub mod service;
 pub mod telemetry;

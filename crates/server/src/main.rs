@@ -1,9 +1,9 @@
-//! `tollgate-server --config <file>`, or `tollgate-server load ...` (a gRPC load client).
+//! `tollgate-server --config <file>` (its load client is `tollgate-lab`'s `rls-load`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use clap::{Parser, Subcommand};
+use clap::Parser;
 
 /// The allocator (feature `mimalloc`, on by default): per-call allocations of tonic, h2 and the
 /// protos cost a measurable share of the server's CPU with the system allocator.
@@ -13,19 +13,11 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Tollgate's rate-limit service (Envoy RLS v3 over gRPC, JSON over HTTP).
 #[derive(Parser, Debug)]
-#[command(
-    name = "tollgate-server",
-    version,
-    args_conflicts_with_subcommands = true,
-    subcommand_negates_reqs = true
-)]
+#[command(name = "tollgate-server", version)]
 struct Cli {
-    /// Instead of serving, run a tool.
-    #[command(subcommand)]
-    command: Option<Tool>,
     /// The config file (TOML, or YAML by extension).
-    #[arg(long, required = true)]
-    config: Option<PathBuf>,
+    #[arg(long)]
+    config: PathBuf,
     /// gRPC listen address (overrides `[server] grpc`).
     #[arg(long)]
     grpc: Option<SocketAddr>,
@@ -41,34 +33,9 @@ struct Cli {
     workers: Option<std::num::NonZeroUsize>,
 }
 
-/// Tools of the same binary.
-#[derive(Subcommand, Debug)]
-enum Tool {
-    /// Drive ShouldRateLimit load at a running server and report calls/s and latency.
-    Load(tollgate_server::load::LoadArgs),
-}
-
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    let config = match (cli.command, cli.config) {
-        (Some(Tool::Load(args)), _) => {
-            return match tollgate_server::load::run(&args) {
-                Ok(report) => {
-                    println!("{report}");
-                    std::process::ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("tollgate-server load: {e}");
-                    std::process::ExitCode::FAILURE
-                }
-            };
-        }
-        (None, Some(config)) => config,
-        (None, None) => {
-            eprintln!("tollgate-server: --config is required");
-            return std::process::ExitCode::FAILURE;
-        }
-    };
+    let config = cli.config;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()

@@ -470,7 +470,11 @@ fn several_descriptors_per_call_are_counted_once_each() {
     // also match the `remote_address` + `path` descriptor: 6 spent, 4 left), and the refused ones
     // not at all (decided independently: 5 spent, 5 left).
     let (ok, over, _) = send(&s.envoy, "/", 8);
-    assert_eq!((ok, over), (7, 1), "per_ip counted each admitted request once");
+    assert_eq!(
+        (ok, over),
+        (7, 1),
+        "per_ip counted each admitted request once"
+    );
     assert_eq!(s.upstream.seen(), 3 + 7);
     s.envoy.assert_no_rls_errors();
 }

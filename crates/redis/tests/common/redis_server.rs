@@ -1,5 +1,6 @@
 //! A private `redis-server` per test: started on a free loopback port, killed (SIGKILL) on drop.
-//! Shared with tollgate-server's tests (they include this file by path), so it uses std only.
+//! Shared with tollgate-server's tests and tollgate-lab's Redis benchmarks (they include this file by
+//! path), so it uses std only.
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
