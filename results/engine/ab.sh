@@ -16,6 +16,7 @@ ROUNDS=${ROUNDS:-5}
 ITERS=${ITERS:-1000000}
 OUT=${OUT:-$HERE/raw}
 mkdir -p "$OUT"
+rm -f "$OUT/micro-ab.txt"
 # The bench is tollgate-lab's `pingora-bench` binary; commits before the lab crate have it as
 # tollgate-pingora's `bench` example.
 bin() { if [ -e "$1/crates/lab/src/bin/pingora-bench.rs" ]; then echo "$1/target/release/pingora-bench"; else echo "$1/target/release/examples/bench"; fi; }

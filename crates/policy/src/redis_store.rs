@@ -658,6 +658,11 @@ impl RedisPolicy {
     /// that stays keeps its counters; a limiter whose prefix, algorithm, quota and settings stay
     /// is kept (its breaker, its live leases); the state in Redis stays where its key stays.
     ///
+    /// Unlike [`Policy::reload`](crate::Policy::reload), which carries a key's units over as they
+    /// are, a changed quota here reads each key's stored state (a GCRA timestamp, a window count)
+    /// under the new quota: a key that just spent its burst can get up to the new burst at the
+    /// reload instant (10/s to 10/min: 9 units). Known gap, stated in the README.
+    ///
     /// # Errors
     /// As [`new`](Self::new); the old rules stay in force.
     pub fn reload(&self, config: PolicyConfig) -> Result<(), ConfigError> {
