@@ -76,6 +76,8 @@ struct Args {
     threads: usize,
     max_keys: usize,
     iters: usize,
+    /// `decide`: the modes to time (default: all four), for a profile of one.
+    modes: Vec<String>,
 }
 
 fn parse_args() -> Result<Args, Error> {
@@ -95,6 +97,7 @@ fn parse_args() -> Result<Args, Error> {
         threads: 2,
         max_keys: 1_000_000,
         iters: 2_000_000,
+        modes: Vec::new(),
     };
     while let Some(flag) = args.next() {
         let mut value = || args.next().ok_or_else(|| format!("{flag} needs a value"));
@@ -109,6 +112,7 @@ fn parse_args() -> Result<Args, Error> {
             "--threads" => a.threads = value()?.parse()?,
             "--max-keys" => a.max_keys = value()?.parse()?,
             "--iters" => a.iters = value()?.parse()?,
+            "--modes" => a.modes = value()?.split(',').map(str::to_owned).collect(),
             other => return Err(format!("unknown argument {other}").into()),
         }
     }
@@ -450,6 +454,9 @@ fn micro(args: &Args) -> Result<(), Error> {
             .collect::<Result<Vec<_>, _>>()?;
         for rep in 0..3 {
             for limiter in ["none", "pingora-limits", "keyed", "policy"] {
+                if !args.modes.is_empty() && !args.modes.iter().any(|m| m == limiter) {
+                    continue;
+                }
                 let mode = build_mode(&Args {
                     role: String::new(),
                     listen: String::new(),
@@ -457,6 +464,7 @@ fn micro(args: &Args) -> Result<(), Error> {
                     limiter: limiter.to_owned(),
                     capacity: keys.max(1024),
                     key_header: args.key_header.clone(),
+                    modes: Vec::new(),
                     ..*args
                 })?;
                 let mut headers = http::HeaderMap::new();
