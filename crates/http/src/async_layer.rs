@@ -1,26 +1,18 @@
-//! [`AsyncRateLimitLayer`]: the layer for limiters that decide asynchronously (a Redis limiter, a
-//! policy over a remote store), through [`AsyncKeyedCheck`].
+//! [`AsyncRateLimitLayer`]: the [`GateLayer`] over one limiter that decides asynchronously (a
+//! Redis limiter, a policy over a remote store), through [`AsyncKeyedCheck`].
 
-use std::fmt;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
-use bytes::Bytes;
-use http::{Request, Response, StatusCode};
 use tollgate_core::{CheckError, Decision, Quota};
-use tower_layer::Layer;
-use tower_service::Service;
 
-use crate::body::RateLimitBody;
 use crate::check::KeyedCheck;
-use crate::headers::{self, HeaderMode, PolicyHeaders, PolicyNameError};
+use crate::headers::{self, PolicyHeaders, PolicyNameError};
 use crate::key::{KeyExtractor, RequestHead};
-use crate::layer::{Fields, MissingKey, RequestCost, UnitCost, denial, json_response};
-
-const MISSING_KEY_BODY: &[u8] = br#"{"error":"rate limit key missing"}"#;
-const COST_BODY: &[u8] = br#"{"error":"request cost exceeds quota capacity"}"#;
+use crate::layer::{
+    Answer, Decide, Decided, GateBuilder, GateLayer, LaterVerdict, MISSING_KEY_BODY, MissingKey,
+    RequestCost, Sealed, UnitCost, Verdict,
+};
 
 /// The asynchronous sibling of [`KeyedCheck`]: a limiter whose decision is a future (a network round
 /// trip to Redis, say). Every [`KeyedCheck`] is one (its futures are ready at once), so the same
@@ -98,22 +90,69 @@ impl<K: Sync + ?Sized, L: KeyedCheck<K>> AsyncKeyedCheck<K> for L {
     }
 }
 
-struct Config<E: KeyExtractor, L, Cf> {
+/// The decider of an [`AsyncRateLimitLayer`]: one [`AsyncKeyedCheck`] limiter, the key from a
+/// [`KeyExtractor`]. The key is extracted at once; the decision (and the look-ups for `(r, t)`)
+/// is awaited in one boxed future before the inner service is called, so a denied request never
+/// reaches it.
+pub struct AsyncKeyedDecider<E: KeyExtractor, L> {
     extractor: E,
-    limiter: L,
-    headers: PolicyHeaders,
     missing: MissingKey<E::Key>,
-    cost: Cf,
-    mode: HeaderMode,
-    cost_error_status: StatusCode,
+    /// Shared with the decisions under way.
+    limiter: Arc<(L, PolicyHeaders)>,
 }
 
-/// A tower [`Layer`] over one [`AsyncKeyedCheck`] limiter: the same keys, responses and fields as
-/// [`RateLimitLayer`](crate::RateLimitLayer), with the decision awaited before the inner service
-/// is called (so a denied request never reaches it).
+impl<E: KeyExtractor, L> Sealed for AsyncKeyedDecider<E, L> {}
+
+impl<E, L> Decide for AsyncKeyedDecider<E, L>
+where
+    E: KeyExtractor + Send + Sync + 'static,
+    E::Key: Clone + Send + Sync + 'static,
+    L: AsyncKeyedCheck<E::Key>,
+{
+    type Later = LaterVerdict;
+
+    fn decide<Cf: RequestCost>(
+        &self,
+        head: &RequestHead<'_>,
+        cost: &Cf,
+        answer: Answer,
+    ) -> Decided<LaterVerdict> {
+        let cost = cost.cost(head);
+        let key = match self.extractor.extract(head) {
+            Ok(key) => key,
+            Err(_) => match &self.missing {
+                MissingKey::Fallback(key) => key.clone(),
+                MissingKey::Allow => return Decided::Now(Verdict::Pass),
+                MissingKey::Reject(status) => {
+                    return Decided::Now(Verdict::Refuse {
+                        status: *status,
+                        body: MISSING_KEY_BODY,
+                    });
+                }
+            },
+        };
+        let shared = Arc::clone(&self.limiter);
+        Decided::Later(Box::pin(async move {
+            let (limiter, headers) = &*shared;
+            let checked = limiter.check_key(&key, cost).await;
+            let limit = match &checked {
+                Ok(decision) if answer.wants_fields(decision) => {
+                    Some(service_limit(limiter, &key, cost, decision).await)
+                }
+                _ => None,
+            };
+            answer.keyed(headers, checked, limit)
+        }))
+    }
+}
+
+/// A tower [`Layer`](tower_layer::Layer) over one [`AsyncKeyedCheck`] limiter: the same keys,
+/// responses and fields as [`RateLimitLayer`](crate::RateLimitLayer), with the decision awaited
+/// before the inner service is called (so a denied request never reaches it). The
+/// [`GateLayer`] over an [`AsyncKeyedDecider`].
 ///
 /// The inner service must be `Clone` (tower's rule for calling a service from a future: the readied
-/// instance is taken and a clone left in its place); the response future is boxed.
+/// instance is taken and a clone left in its place); the decision's future is boxed.
 ///
 /// ```
 /// use std::net::IpAddr;
@@ -131,27 +170,15 @@ struct Config<E: KeyExtractor, L, Cf> {
 /// # let _ = layer;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub struct AsyncRateLimitLayer<E: KeyExtractor, L, Cf = UnitCost> {
-    config: Arc<Config<E, L, Cf>>,
-}
+pub type AsyncRateLimitLayer<E, L, Cf = UnitCost> = GateLayer<AsyncKeyedDecider<E, L>, Cf>;
 
-impl<E: KeyExtractor, L, Cf> Clone for AsyncRateLimitLayer<E, L, Cf> {
-    fn clone(&self) -> Self {
-        AsyncRateLimitLayer {
-            config: Arc::clone(&self.config),
-        }
-    }
-}
+/// Builds an [`AsyncRateLimitLayer`].
+pub type AsyncRateLimitLayerBuilder<E, L, Cf = UnitCost> = GateBuilder<AsyncKeyedDecider<E, L>, Cf>;
 
-impl<E: KeyExtractor, L, Cf> fmt::Debug for AsyncRateLimitLayer<E, L, Cf> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AsyncRateLimitLayer")
-            .field("headers", &self.config.mode)
-            .finish_non_exhaustive()
-    }
-}
+/// The service [`AsyncRateLimitLayer`] wraps around an inner service.
+pub type AsyncRateLimit<S, E, L, Cf = UnitCost> = crate::Gate<S, AsyncKeyedDecider<E, L>, Cf>;
 
-impl<E: KeyExtractor, L: AsyncKeyedCheck<E::Key>> AsyncRateLimitLayer<E, L> {
+impl<E: KeyExtractor, L: AsyncKeyedCheck<E::Key>> GateLayer<AsyncKeyedDecider<E, L>> {
     /// A layer keyed by `extractor`, deciding with `limiter`; `name` is the policy name in the
     /// `RateLimit` fields.
     ///
@@ -163,112 +190,21 @@ impl<E: KeyExtractor, L: AsyncKeyedCheck<E::Key>> AsyncRateLimitLayer<E, L> {
         limiter: L,
     ) -> Result<AsyncRateLimitLayerBuilder<E, L>, PolicyNameError> {
         let headers = PolicyHeaders::new(name, limiter.quota())?;
-        Ok(AsyncRateLimitLayerBuilder {
-            config: Config {
-                extractor,
-                limiter,
-                headers,
-                missing: MissingKey::default(),
-                cost: UnitCost,
-                mode: HeaderMode::default(),
-                cost_error_status: StatusCode::PAYLOAD_TOO_LARGE,
-            },
-        })
+        Ok(GateBuilder::new(AsyncKeyedDecider {
+            extractor,
+            missing: MissingKey::default(),
+            limiter: Arc::new((limiter, headers)),
+        }))
     }
 }
 
-/// Builds an [`AsyncRateLimitLayer`].
-pub struct AsyncRateLimitLayerBuilder<E: KeyExtractor, L, Cf = UnitCost> {
-    config: Config<E, L, Cf>,
-}
-
-impl<E: KeyExtractor, L, Cf> fmt::Debug for AsyncRateLimitLayerBuilder<E, L, Cf> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AsyncRateLimitLayerBuilder")
-            .finish_non_exhaustive()
-    }
-}
-
-impl<E: KeyExtractor, L, Cf> AsyncRateLimitLayerBuilder<E, L, Cf> {
+impl<E: KeyExtractor, L, Cf> GateBuilder<AsyncKeyedDecider<E, L>, Cf> {
     /// What to do when the key cannot be extracted (default: reject with 400).
     pub fn on_missing_key(mut self, missing: MissingKey<E::Key>) -> Self {
-        self.config.missing = missing;
+        self.decider_mut().missing = missing;
         self
     }
-
-    /// Which fields responses carry (default: IETF `RateLimit`/`RateLimit-Policy` on every response).
-    pub fn headers(mut self, mode: HeaderMode) -> Self {
-        self.config.mode = mode;
-        self
-    }
-
-    /// The status for a request whose cost exceeds what the quota can ever admit (default 413).
-    pub fn cost_error_status(mut self, status: StatusCode) -> Self {
-        self.config.cost_error_status = status;
-        self
-    }
-
-    /// A per-request cost (default: 1 per request).
-    pub fn cost<Cf2: RequestCost>(self, cost: Cf2) -> AsyncRateLimitLayerBuilder<E, L, Cf2> {
-        let c = self.config;
-        AsyncRateLimitLayerBuilder {
-            config: Config {
-                extractor: c.extractor,
-                limiter: c.limiter,
-                headers: c.headers,
-                missing: c.missing,
-                cost,
-                mode: c.mode,
-                cost_error_status: c.cost_error_status,
-            },
-        }
-    }
-
-    /// The layer.
-    pub fn build(self) -> AsyncRateLimitLayer<E, L, Cf> {
-        AsyncRateLimitLayer {
-            config: Arc::new(self.config),
-        }
-    }
 }
-
-impl<S, E: KeyExtractor, L, Cf> Layer<S> for AsyncRateLimitLayer<E, L, Cf> {
-    type Service = AsyncRateLimit<S, E, L, Cf>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        AsyncRateLimit {
-            inner,
-            config: Arc::clone(&self.config),
-        }
-    }
-}
-
-/// The service [`AsyncRateLimitLayer`] wraps around an inner service.
-pub struct AsyncRateLimit<S, E: KeyExtractor, L, Cf = UnitCost> {
-    inner: S,
-    config: Arc<Config<E, L, Cf>>,
-}
-
-impl<S: Clone, E: KeyExtractor, L, Cf> Clone for AsyncRateLimit<S, E, L, Cf> {
-    fn clone(&self) -> Self {
-        AsyncRateLimit {
-            inner: self.inner.clone(),
-            config: Arc::clone(&self.config),
-        }
-    }
-}
-
-impl<S: fmt::Debug, E: KeyExtractor, L, Cf> fmt::Debug for AsyncRateLimit<S, E, L, Cf> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AsyncRateLimit")
-            .field("inner", &self.inner)
-            .finish_non_exhaustive()
-    }
-}
-
-/// The boxed future [`AsyncRateLimit`] returns.
-pub type AsyncResponseFuture<ResB, E> =
-    Pin<Box<dyn Future<Output = Result<Response<RateLimitBody<ResB>>, E>> + Send>>;
 
 /// `(r, t)` by [`headers::service_limit`] (the one definition), with the looks it asks for made
 /// first through the async peek (they are futures here) and then answered from.
@@ -301,85 +237,4 @@ async fn service_limit<K: ?Sized, L: AsyncKeyedCheck<K>>(
             .find(|(asked, _)| *asked == units)
             .and_then(|(_, seen)| *seen)
     })
-}
-
-impl<S, E, L, Cf, ReqB, ResB> Service<Request<ReqB>> for AsyncRateLimit<S, E, L, Cf>
-where
-    S: Service<Request<ReqB>, Response = Response<ResB>> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    S::Error: Send + 'static,
-    ReqB: Send + 'static,
-    ResB: Send + 'static,
-    E: KeyExtractor + Send + Sync + 'static,
-    E::Key: Clone + Send + Sync + 'static,
-    L: AsyncKeyedCheck<E::Key>,
-    Cf: RequestCost,
-{
-    type Response = Response<RateLimitBody<ResB>>;
-    type Error = S::Error;
-    type Future = AsyncResponseFuture<ResB, S::Error>;
-
-    #[inline]
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: Request<ReqB>) -> Self::Future {
-        let config = Arc::clone(&self.config);
-        let head = RequestHead::of(&request);
-        let cost = config.cost.cost(&head);
-        let key = match config.extractor.extract(&head) {
-            Ok(key) => Some(key),
-            Err(_) => match &config.missing {
-                MissingKey::Fallback(key) => Some(key.clone()),
-                MissingKey::Allow => None,
-                MissingKey::Reject(status) => {
-                    let response = json_response(*status, Bytes::from_static(MISSING_KEY_BODY));
-                    return Box::pin(std::future::ready(Ok(response.map(RateLimitBody::full))));
-                }
-            },
-        };
-        // Take the readied service, leave a clone (tower's rule for calling it from a future).
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
-        Box::pin(async move {
-            let Some(key) = key else {
-                return inner
-                    .call(request)
-                    .await
-                    .map(|r| r.map(RateLimitBody::inner));
-            };
-            let mode = config.mode;
-            let with_fields = mode.ietf || mode.legacy;
-            match config.limiter.check_key(&key, cost).await {
-                Ok(decision @ Decision::Allowed { .. }) => {
-                    let fields = if mode.on_allowed && with_fields {
-                        let limit = service_limit(&config.limiter, &key, cost, &decision).await;
-                        Some(Fields::new(mode, &config.headers, limit))
-                    } else {
-                        None
-                    };
-                    let mut response = inner.call(request).await?;
-                    if let Some(fields) = fields {
-                        fields.apply(response.headers_mut());
-                    }
-                    Ok(response.map(RateLimitBody::inner))
-                }
-                Ok(decision @ Decision::Denied { .. }) => {
-                    let limit = if with_fields {
-                        Some(service_limit(&config.limiter, &key, cost, &decision).await)
-                    } else {
-                        None
-                    };
-                    let limit = limit.map(|limit| (&config.headers, limit));
-                    Ok(denial(mode, &decision, limit).map(RateLimitBody::full))
-                }
-                Err(_) => Ok(json_response(
-                    config.cost_error_status,
-                    Bytes::from_static(COST_BODY),
-                )
-                .map(RateLimitBody::full)),
-            }
-        })
-    }
 }

@@ -12,6 +12,11 @@
 //!   [`tollgate_policy::Policy`] per request — descriptors from the client address (trusted-proxy
 //!   logic), path, method and chosen headers; every rule decided as one; the deciding rule and the
 //!   key's own (override) quota in the fields; two-stage delays held on tokio's timer.
+//! * **One layer** ([`GateLayer`]: builder, service [`Gate`], future [`ResponseFuture`]) generic
+//!   over a [`Decide`]r that turns a request and its cost into a [`Verdict`] the service renders:
+//!   [`RateLimitLayer`] is it over a [`KeyedDecider`] (a keyed limiter per route: a one-rule
+//!   decider, synchronous, no boxed future), [`AsyncRateLimitLayer`] over an
+//!   [`AsyncKeyedDecider`], and [`PolicyLayer`] over a [`PolicyEdge`].
 //! * **One edge for every transport** ([`edge`], feature `policy`): request facts to descriptors
 //!   ([`DescriptorNames`]) to one [`EdgeVerdict`] (status, delay, `RateLimit` / `RateLimit-Policy`
 //!   / `Retry-After` values computed once). [`PolicyLayer`], tollgate-pingora and
@@ -74,8 +79,8 @@ mod policy_layer;
 mod redis;
 
 pub use async_layer::{
-    AsyncKeyedCheck, AsyncRateLimit, AsyncRateLimitLayer, AsyncRateLimitLayerBuilder,
-    AsyncResponseFuture,
+    AsyncKeyedCheck, AsyncKeyedDecider, AsyncRateLimit, AsyncRateLimitLayer,
+    AsyncRateLimitLayerBuilder,
 };
 pub use body::RateLimitBody;
 pub use check::KeyedCheck;
@@ -87,10 +92,11 @@ pub use key::{
     PeerIp, RequestHead,
 };
 pub use layer::{
-    MissingKey, RateLimit, RateLimitLayer, RateLimitLayerBuilder, RequestCost, ResponseFuture,
-    UnitCost,
+    Answer, Decide, Decided, Fields, Gate, GateBuilder, GateLayer, KeyedDecider, LaterVerdict,
+    MissingKey, Pending, RateLimit, RateLimitLayer, RateLimitLayerBuilder, RequestCost,
+    ResponseFuture, UnitCost, Verdict,
 };
 #[cfg(feature = "policy")]
 pub use policy_fields::{FieldValues, PolicyFields};
 #[cfg(feature = "policy")]
-pub use policy_layer::{PolicyLayer, PolicyLayerBuilder, PolicyRateLimit, PolicyResponseFuture};
+pub use policy_layer::{PolicyLayer, PolicyLayerBuilder, PolicyRateLimit};
