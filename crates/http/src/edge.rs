@@ -452,6 +452,10 @@ impl<C: Clock + Clone + 'static> PolicyEdge<C> {
         &mut self.names
     }
 
+    pub(crate) fn descriptor_sources(&mut self) -> (&mut Option<ClientIp>, &mut DescriptorNames) {
+        (&mut self.client_ip, &mut self.names)
+    }
+
     /// The policy.
     pub fn policy(&self) -> &Arc<Policy<C>> {
         &self.policy
@@ -464,8 +468,28 @@ impl<C: Clock + Clone + 'static> PolicyEdge<C> {
         facts: &RequestFacts<'_>,
         f: impl FnOnce(&[(&str, &str)]) -> R,
     ) -> R {
-        let names = &self.names;
-        let client = match (&self.client_ip, &names.client, facts.peer) {
+        with_descriptors(&self.names, self.client_ip.as_ref(), facts, f)
+    }
+
+    /// Decides `facts` for `cost` units.
+    pub fn decide(&self, facts: &RequestFacts<'_>, cost: u64) -> EdgeVerdict {
+        self.with_descriptors(facts, |descriptors| {
+            let now = self.policy.now();
+            EdgeVerdict::decide(&self.policy, descriptors, now, cost, &self.fields)
+        })
+    }
+}
+
+/// Calls `f` with the descriptors of `facts` under `names` (the client address through
+/// `client_ip`), built on the stack: every policy edge builds them this way.
+pub(crate) fn with_descriptors<R>(
+    names: &DescriptorNames,
+    client_ip: Option<&ClientIp>,
+    facts: &RequestFacts<'_>,
+    f: impl FnOnce(&[(&str, &str)]) -> R,
+) -> R {
+    {
+        let client = match (client_ip, &names.client, facts.peer) {
             (Some(client), Some(_), Some(peer)) => client
                 .client_addr(peer, facts.headers)
                 .ok()
@@ -495,14 +519,6 @@ impl<C: Clock + Clone + 'static> PolicyEdge<C> {
             }
         }
         f(&descriptors[..len])
-    }
-
-    /// Decides `facts` for `cost` units.
-    pub fn decide(&self, facts: &RequestFacts<'_>, cost: u64) -> EdgeVerdict {
-        self.with_descriptors(facts, |descriptors| {
-            let now = self.policy.now();
-            EdgeVerdict::decide(&self.policy, descriptors, now, cost, &self.fields)
-        })
     }
 }
 

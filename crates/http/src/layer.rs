@@ -282,12 +282,6 @@ impl<D, Cf> GateBuilder<D, Cf> {
         &mut self.config.decider
     }
 
-    #[cfg(feature = "policy")]
-    pub(crate) fn map_decider(mut self, f: impl FnOnce(D) -> D) -> Self {
-        self.config.decider = f(self.config.decider);
-        self
-    }
-
     /// Which fields responses carry (default: IETF `RateLimit`/`RateLimit-Policy` on every response).
     pub fn headers(mut self, mode: HeaderMode) -> Self {
         self.config.answer.mode = mode;

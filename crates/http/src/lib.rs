@@ -77,6 +77,8 @@ mod policy_fields;
 mod policy_layer;
 #[cfg(feature = "redis")]
 mod redis;
+#[cfg(all(feature = "redis", feature = "policy"))]
+mod redis_edge;
 
 pub use async_layer::{
     AsyncKeyedCheck, AsyncKeyedDecider, AsyncRateLimit, AsyncRateLimitLayer,
@@ -99,4 +101,6 @@ pub use layer::{
 #[cfg(feature = "policy")]
 pub use policy_fields::{FieldValues, PolicyFields};
 #[cfg(feature = "policy")]
-pub use policy_layer::{PolicyLayer, PolicyLayerBuilder, PolicyRateLimit};
+pub use policy_layer::{EdgeDescriptors, PolicyLayer, PolicyLayerBuilder, PolicyRateLimit};
+#[cfg(all(feature = "redis", feature = "policy"))]
+pub use redis_edge::{RedisPolicyEdge, RedisPolicyLayer};

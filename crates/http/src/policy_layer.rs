@@ -30,34 +30,40 @@ impl<C: Clock + Clone + 'static> Decide for PolicyEdge<C> {
     ) -> Decided<LaterVerdict> {
         let cost = cost.cost(head);
         let verdict = PolicyEdge::decide(self, &RequestFacts::of(head), cost);
-        let mode = answer.mode;
-        if verdict.cost_too_large() {
-            return Decided::Now(Verdict::Refuse {
-                status: answer.cost_error_status,
-                body: COST_BODY,
-            });
-        }
-        let fields = verdict
-            .fields
-            .as_ref()
-            .filter(|_| mode.ietf || mode.legacy)
-            .map(|values| Fields::of_values(mode, values));
-        if !verdict.allowed {
-            return Decided::Now(Verdict::Deny {
-                retry_after: verdict.retry_after.unwrap_or(1),
-                fields,
-            });
-        }
-        let forward = Verdict::Forward(fields.filter(|_| mode.on_allowed));
-        if verdict.delay.is_zero() {
-            return Decided::Now(forward);
-        }
-        let delay = verdict.delay;
-        Decided::Later(Box::pin(async move {
-            tokio::time::sleep(delay).await;
-            forward
-        }))
+        rendered(&verdict, answer)
     }
+}
+
+/// The layer's [`Verdict`] for an [`EdgeVerdict`](crate::EdgeVerdict): every policy decider's one
+/// rendering. A two-stage rule's delay is held on tokio's timer (the only boxed future).
+pub(crate) fn rendered(verdict: &crate::EdgeVerdict, answer: Answer) -> Decided<LaterVerdict> {
+    let mode = answer.mode;
+    if verdict.cost_too_large() {
+        return Decided::Now(Verdict::Refuse {
+            status: answer.cost_error_status,
+            body: COST_BODY,
+        });
+    }
+    let fields = verdict
+        .fields
+        .as_ref()
+        .filter(|_| mode.ietf || mode.legacy)
+        .map(|values| Fields::of_values(mode, values));
+    if !verdict.allowed {
+        return Decided::Now(Verdict::Deny {
+            retry_after: verdict.retry_after.unwrap_or(1),
+            fields,
+        });
+    }
+    let forward = Verdict::Forward(fields.filter(|_| mode.on_allowed));
+    if verdict.delay.is_zero() {
+        return Decided::Now(forward);
+    }
+    let delay = verdict.delay;
+    Decided::Later(Box::pin(async move {
+        tokio::time::sleep(delay).await;
+        forward
+    }))
 }
 
 /// A tower [`Layer`](tower_layer::Layer) that decides each request against a [`Policy`]: every applicable rule at once,
@@ -120,10 +126,25 @@ impl<C: Clock + Clone + 'static> GateLayer<PolicyEdge<C>> {
     }
 }
 
-impl<C: Clock + Clone + 'static, Cf> GateBuilder<PolicyEdge<C>, Cf> {
+/// A policy decider whose descriptors come from request facts ([`PolicyEdge`], and
+/// `RedisPolicyEdge` with feature `redis`): the builder methods below serve both.
+pub trait EdgeDescriptors: Sealed {
+    /// The client address logic and the descriptor names, to change in place.
+    #[doc(hidden)]
+    fn sources_mut(&mut self) -> (&mut Option<ClientIp>, &mut DescriptorNames);
+}
+
+impl<C: Clock + Clone + 'static> EdgeDescriptors for PolicyEdge<C> {
+    fn sources_mut(&mut self) -> (&mut Option<ClientIp>, &mut DescriptorNames) {
+        self.descriptor_sources()
+    }
+}
+
+impl<D: Decide + EdgeDescriptors, Cf> GateBuilder<D, Cf> {
     /// The client address, through `client`'s trusted-proxy logic, as descriptor `remote_address`.
-    pub fn client_ip(self, client: ClientIp) -> Self {
-        self.map_decider(|edge| edge.client_ip(client))
+    pub fn client_ip(mut self, client: ClientIp) -> Self {
+        *self.decider_mut().sources_mut().0 = Some(client);
+        self
     }
 
     /// The client address as descriptor `name`.
@@ -138,7 +159,7 @@ impl<C: Clock + Clone + 'static, Cf> GateBuilder<PolicyEdge<C>, Cf> {
     /// # Errors
     /// [`DescriptorSourceError`] for an invalid field name, or past 13 headers.
     pub fn header(mut self, header: &str, name: &str) -> Result<Self, DescriptorSourceError> {
-        let names = self.decider_mut().names_mut();
+        let names = self.decider_mut().sources_mut().1;
         *names = std::mem::take(names).header(header, name)?;
         Ok(self)
     }
@@ -154,12 +175,13 @@ impl<C: Clock + Clone + 'static, Cf> GateBuilder<PolicyEdge<C>, Cf> {
     }
 
     /// Every descriptor name at once (replaces what the methods above set, headers included).
-    pub fn descriptor_names(self, names: DescriptorNames) -> Self {
-        self.map_decider(|edge| edge.names(names))
+    pub fn descriptor_names(mut self, names: DescriptorNames) -> Self {
+        *self.decider_mut().sources_mut().1 = names;
+        self
     }
 
     fn with_names(mut self, f: impl FnOnce(DescriptorNames) -> DescriptorNames) -> Self {
-        let names = self.decider_mut().names_mut();
+        let names = self.decider_mut().sources_mut().1;
         *names = f(std::mem::take(names));
         self
     }
