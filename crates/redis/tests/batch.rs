@@ -8,7 +8,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::RedisServer;
+use common::{RedisServer, round_up_us};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use redis::aio::MultiplexedConnection;
@@ -133,27 +133,6 @@ impl Model {
 
     fn ttl(&self, word: u64, now: Nanos) -> Nanos {
         each!(self, a => a.ttl(word, now))
-    }
-}
-
-/// The core's decision with durations rounded up to whole µs (what the µs scripts report).
-fn round_up_us(d: Decision) -> Decision {
-    let up = |d: Duration| Duration::from_micros(d.as_nanos().div_ceil(1000) as u64);
-    match d {
-        Decision::Allowed {
-            remaining,
-            reset_after,
-        } => Decision::Allowed {
-            remaining,
-            reset_after: up(reset_after),
-        },
-        Decision::Denied {
-            retry_after,
-            reset_after,
-        } => Decision::Denied {
-            retry_after: up(retry_after),
-            reset_after: up(reset_after),
-        },
     }
 }
 

@@ -5,7 +5,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::RedisServer;
+use common::{RedisServer, round_up_us};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use redis::aio::MultiplexedConnection;
@@ -78,27 +78,6 @@ async fn total(tasks: Vec<JoinHandle<u64>>) -> u64 {
         admitted += t.await.unwrap();
     }
     admitted
-}
-
-/// The core's decision with durations rounded up to whole µs (what the µs scripts report).
-fn round_up_us(d: Decision) -> Decision {
-    let up = |d: Duration| Duration::from_micros(d.as_nanos().div_ceil(1000) as u64);
-    match d {
-        Decision::Allowed {
-            remaining,
-            reset_after,
-        } => Decision::Allowed {
-            remaining,
-            reset_after: up(reset_after),
-        },
-        Decision::Denied {
-            retry_after,
-            reset_after,
-        } => Decision::Denied {
-            retry_after: up(retry_after),
-            reset_after: up(reset_after),
-        },
-    }
 }
 
 /// The Redis commands that store core `word` as `A` encodes it, with no TTL (0: no key).

@@ -6,15 +6,13 @@ mod common;
 
 use std::time::Duration;
 
-use common::RedisServer;
+use common::{RedisServer, round_up_us};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
 use tollgate_core::algorithm::Algorithm;
-use tollgate_core::{
-    Decision, FixedWindow, Gcra, LeakyBucket, ManualClock, Nanos, Quota, SlidingWindow,
-};
+use tollgate_core::{FixedWindow, Gcra, LeakyBucket, ManualClock, Nanos, Quota, SlidingWindow};
 use tollgate_redis::{
     BreakerConfig, Error, LeaseConfig, LeasedLimiter, RedisConfig, RedisEncoding, RedisLimiter,
     Storage, connect,
@@ -101,28 +99,6 @@ fn fresh_after<A: Algorithm>(model: &A, word: u64, now: Nanos) -> Nanos {
         }
     }
     lo
-}
-
-/// The core's decision with durations rounded up to whole µs (what the sliding window's µs script
-/// reports).
-fn round_up_us(d: Decision) -> Decision {
-    let up = |d: Duration| Duration::from_micros(d.as_nanos().div_ceil(1000) as u64);
-    match d {
-        Decision::Allowed {
-            remaining,
-            reset_after,
-        } => Decision::Allowed {
-            remaining,
-            reset_after: up(reset_after),
-        },
-        Decision::Denied {
-            retry_after,
-            reset_after,
-        } => Decision::Denied {
-            retry_after: up(retry_after),
-            reset_after: up(reset_after),
-        },
-    }
 }
 
 /// What a trace did, so that a test can insist it exercised something.
