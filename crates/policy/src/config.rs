@@ -309,6 +309,8 @@ pub enum ConfigErrorKind {
     Keyed(KeyedError),
     /// The striped limiter could not be built.
     Striped(StripedError),
+    /// Redis lease mode on a rule that is not GCRA (leases are slices of one GCRA bucket).
+    LeaseNeedsGcra,
 }
 
 impl ConfigError {
@@ -363,6 +365,10 @@ impl fmt::Display for ConfigError {
             ),
             ConfigErrorKind::Keyed(error) => write!(f, "{error}"),
             ConfigErrorKind::Striped(error) => write!(f, "{error}"),
+            ConfigErrorKind::LeaseNeedsGcra => f.write_str(
+                "redis lease mode runs gcra only (leases are slices of one gcra bucket); use the \
+                 per request mode for this algorithm",
+            ),
         }
     }
 }

@@ -32,8 +32,8 @@ use crate::sync::{AtomicBool, Ordering};
 pub struct RedisSettings {
     /// Prefix of every key (`"tollgate:"`; tollgate-server adds the domain).
     pub prefix: String,
-    /// `None`: one script per decision (exact). `Some`: local leases of a shared GCRA bucket (every
-    /// rule then runs GCRA, whatever its algorithm).
+    /// `None`: one script per request (exact). `Some`: local leases of a shared GCRA bucket (every
+    /// rule must then be `gcra`; another algorithm is a [`ConfigError`] at build).
     pub lease: Option<LeaseConfig>,
     /// Per-call timeout.
     pub timeout: Duration,
@@ -219,6 +219,13 @@ impl RedisStore {
             .collect();
         let mut built = Vec::with_capacity(rules.rules.len());
         for rule in rules.rules.iter() {
+            if settings.lease.is_some() && rule.algorithm != AlgorithmKind::Gcra {
+                return Err(ConfigError::new(
+                    Some(rule.name),
+                    "algorithm",
+                    ConfigErrorKind::LeaseNeedsGcra,
+                ));
+            }
             let mut quotas = vec![rule.quota];
             for q in rule.overrides.values() {
                 if !quotas.contains(q) {

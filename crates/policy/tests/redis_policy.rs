@@ -340,3 +340,25 @@ async fn a_request_is_one_script_call_whatever_its_rules() {
         assert_eq!(evalsha_calls(&mut stats).await - before, 1);
     }
 }
+
+#[tokio::test]
+async fn lease_mode_refuses_a_rule_that_is_not_gcra() {
+    let server = RedisServer::start();
+    let config = PolicyConfig::from_toml(
+        r#"
+        [[rules]]
+        name = "windowed"
+        algorithm = "fixed_window"
+        limit = 5
+        period = "1m"
+    "#,
+    )
+    .unwrap();
+    let settings = RedisSettings {
+        lease: Some(tollgate_redis::LeaseConfig::default()),
+        ..settings()
+    };
+    let error = RedisPolicy::new(config, conn(&server), settings).unwrap_err();
+    assert_eq!(error.rule.as_deref(), Some("windowed"));
+    assert_eq!(error.kind, tollgate_policy::ConfigErrorKind::LeaseNeedsGcra);
+}
