@@ -46,6 +46,17 @@ impl RedisPolicyEdge {
         }
     }
 
+    /// The client address, through `client`'s trusted-proxy logic, as the client descriptor.
+    pub fn client_ip(mut self, client: ClientIp) -> Self {
+        self.client_ip = Some(client);
+        self
+    }
+
+    /// Changes the descriptor names in place.
+    pub fn names_mut(&mut self) -> &mut DescriptorNames {
+        &mut self.names
+    }
+
     /// Decides `facts` for `cost` units on Redis.
     pub async fn decide(&self, facts: &RequestFacts<'_>, cost: u64) -> EdgeVerdict {
         let owned = self.descriptors(facts);

@@ -26,8 +26,12 @@
 //! ever admit is answered `413` without `Retry-After` (fails closed; retrying cannot help).
 
 mod proxy;
+#[cfg(feature = "redis")]
+mod redis;
 
 pub use proxy::SingleUpstreamProxy;
+#[cfg(feature = "redis")]
+pub use redis::PingoraRedisLimiter;
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -191,24 +195,10 @@ impl<C: Clock + Clone + 'static> PingoraLimiter<C> {
         session: &mut Session,
         ctx: &mut LimitCtx,
     ) -> pingora_core::Result<bool> {
-        let peer = session
-            .client_addr()
-            .and_then(|a| a.as_inet())
-            .map(|a| a.ip());
+        let peer = peer_of(session);
         let req = session.req_header();
         let verdict = self.decide(peer, req.method.as_str(), req.uri.path(), &req.headers);
-        if verdict.allowed {
-            if !verdict.delay.is_zero() {
-                tokio::time::sleep(verdict.delay).await;
-            }
-            ctx.admitted(verdict);
-            return Ok(false);
-        }
-        let (head, body) = PingoraLimiter::denial_response(&verdict)?;
-        session.set_keepalive(None);
-        session.write_response_header(Box::new(head), false).await?;
-        session.write_response_body(Some(body), true).await?;
-        Ok(true)
+        answer(verdict, session, ctx).await
     }
 
     /// Call from `ProxyHttp::response_filter`: adds the admitting rule's fields.
@@ -222,6 +212,35 @@ impl<C: Clock + Clone + 'static> PingoraLimiter<C> {
     ) -> pingora_core::Result<()> {
         PingoraLimiter::add_fields(ctx.fields.take().as_ref(), upstream_response)
     }
+}
+
+/// What `request_filter` does with a verdict, whatever decided it: hold an admitted request for
+/// its delay and keep its fields for the response, or answer the denial here.
+async fn answer(
+    verdict: Verdict,
+    session: &mut Session,
+    ctx: &mut LimitCtx,
+) -> pingora_core::Result<bool> {
+    if verdict.allowed {
+        if !verdict.delay.is_zero() {
+            tokio::time::sleep(verdict.delay).await;
+        }
+        ctx.admitted(verdict);
+        return Ok(false);
+    }
+    let (head, body) = PingoraLimiter::denial_response(&verdict)?;
+    session.set_keepalive(None);
+    session.write_response_header(Box::new(head), false).await?;
+    session.write_response_body(Some(body), true).await?;
+    Ok(true)
+}
+
+/// The peer of `session`'s client connection.
+fn peer_of(session: &Session) -> Option<IpAddr> {
+    session
+        .client_addr()
+        .and_then(|a| a.as_inet())
+        .map(|a| a.ip())
 }
 
 #[cfg(test)]
