@@ -90,6 +90,10 @@ if cargo tree -p tollgate --no-default-features --features http -e normal --pref
   exit 1
 fi
 
+step "the facade's docs: the guides' code blocks as doctests with every feature, and a docs build that fails on a warning"
+cargo test -p tollgate --doc --all-features --locked
+RUSTDOCFLAGS="${RUSTDOCFLAGS:-} -D warnings" cargo doc -p tollgate --all-features --no-deps --locked
+
 step "criterion benches compile"
 cargo test --workspace --benches --no-run --locked
 

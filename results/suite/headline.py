@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Prints the README's Results headline: every scenario row (quota mode × keys × threads) of the
+"""Prints the results guide's headline (guides/results.md): every scenario row (quota mode × keys × threads) of the
 GCRA limiters (gcra and striped against governor, keyed_gcra against governor's keyed limiter), with
 the ratio to governor at each clock, from the committed suite JSONs.
 

@@ -1,4 +1,4 @@
-//! The README's gateway policy is a working config: parsed from the README itself, built, and
+//! The policy guide's gateway policy (guides/policy.md) is a working config: parsed from the guide itself, built, and
 //! exercised; the same config round-trips through YAML (one schema).
 
 use std::time::Duration;
@@ -7,11 +7,11 @@ use tollgate_core::{ManualClock, Quota};
 use tollgate_policy::{Policy, PolicyConfig};
 
 fn readme_policy() -> String {
-    let readme = include_str!("../../../README.md");
+    let readme = include_str!("../../../guides/policy.md");
     let section = readme
-        .split("## Policies: several limits per request")
+        .split("# Policies: several limits per request")
         .nth(1)
-        .expect("the README has the policy section");
+        .expect("the guide has the policy section");
     let start = section.find("```toml\n").expect("a toml block") + "```toml\n".len();
     let end = start + section[start..].find("```").expect("the block ends");
     section[start..end].to_owned()

