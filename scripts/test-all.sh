@@ -94,6 +94,9 @@ step "the facade's docs: the guides' code blocks as doctests with every feature,
 cargo test -p tollgate --doc --all-features --locked
 RUSTDOCFLAGS="${RUSTDOCFLAGS:-} -D warnings" cargo doc -p tollgate --all-features --no-deps --locked
 
+step "every example runs (scripts/run-examples.sh)"
+scripts/run-examples.sh
+
 step "criterion benches compile"
 cargo test --workspace --benches --no-run --locked
 
