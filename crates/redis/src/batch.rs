@@ -10,9 +10,10 @@ use tollgate_core::{
 
 use crate::breaker::{Admission, Breaker, BreakerStats, Outcome};
 use crate::config::RedisConfig;
-use crate::encoding::{RedisEncoding, ScriptParams};
+use crate::encoding::RedisEncoding;
 use crate::error::Error;
 use crate::limiter::RedisLimiter;
+use crate::params::ScriptParams;
 use crate::scripts::{self, BATCH, Reply};
 
 mod sealed {

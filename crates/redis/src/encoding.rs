@@ -9,6 +9,7 @@ use tollgate_core::algorithm::fixed_window::FixedState;
 use tollgate_core::algorithm::sliding_window::SlidingState;
 use tollgate_core::{FixedWindow, Gcra, LeakyBucket, Nanos, Quota, QuotaError, SlidingWindow};
 
+use crate::params::ScriptParams;
 use crate::scripts::{
     FIXED_WINDOW, FIXED_WINDOW_REFUND, GCRA, GCRA_REFUND, LUA_PARAM_MAX, SLIDING_WINDOW,
     SLIDING_WINDOW_REFUND,
@@ -35,34 +36,6 @@ impl Storage {
     /// Whether a state has no values (never, for the crate's algorithms).
     pub fn is_empty(self) -> bool {
         self.len() == 0
-    }
-}
-
-/// A decision script's parameters: the algorithm's figures as script arguments, and the unit (in
-/// nanoseconds) in which the script computes and replies its durations.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ScriptParams {
-    unit: Nanos,
-    args: Box<[String]>,
-}
-
-impl ScriptParams {
-    /// Parameters `args` (sent as `ARGV[4..]`), durations replied in units of `unit` ns (`unit >= 1`).
-    pub fn new(unit: Nanos, args: &[u64]) -> Self {
-        ScriptParams {
-            unit: unit.max(1),
-            args: args.iter().map(u64::to_string).collect(),
-        }
-    }
-
-    /// Nanoseconds per unit of the script's replies.
-    pub fn unit(&self) -> Nanos {
-        self.unit
-    }
-
-    /// The parameters, as sent.
-    pub fn args(&self) -> &[String] {
-        &self.args
     }
 }
 

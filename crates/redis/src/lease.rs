@@ -11,9 +11,10 @@ use tollgate_core::{CheckError, Clock, Decision, MonotonicClock, Nanos, Quota, Q
 
 use crate::breaker::{Breaker, BreakerStats};
 use crate::config::RedisConfig;
-use crate::encoding::{ScriptParams, TatUnits, gcra_quota};
+use crate::encoding::{TatUnits, gcra_quota};
 use crate::error::Error;
 use crate::faults::{FaultCounts, Faults};
+use crate::params::ScriptParams;
 use crate::scripts::{self, LEASE};
 
 /// Lease sizing: how many units one Redis call may take, and how long they may be spent locally.

@@ -104,6 +104,7 @@ mod error;
 mod faults;
 mod lease;
 mod limiter;
+mod params;
 mod scripts;
 
 use std::time::Duration;
@@ -111,11 +112,12 @@ use std::time::Duration;
 pub use batch::{BatchEncoding, BatchKey, BatchLimit, RedisBatch, admitted};
 pub use breaker::{BreakerConfig, BreakerState, BreakerStats};
 pub use config::{FaultPolicy, RedisConfig, TimeSource};
-pub use encoding::{RedisEncoding, ScriptParams, Storage};
+pub use encoding::{RedisEncoding, Storage};
 pub use error::Error;
 pub use faults::FaultCounts;
 pub use lease::{LeaseConfig, LeaseStats, LeasedLimiter};
 pub use limiter::RedisLimiter;
+pub use params::ScriptParams;
 pub use redis::aio::ConnectionManager;
 pub use redis::cluster_async::ClusterConnection;
 

@@ -9,9 +9,10 @@ use tollgate_core::{
 
 use crate::breaker::{Breaker, BreakerStats};
 use crate::config::RedisConfig;
-use crate::encoding::{RedisEncoding, ScriptParams};
+use crate::encoding::RedisEncoding;
 use crate::error::Error;
 use crate::faults::{FaultCounts, Faults};
+use crate::params::ScriptParams;
 use crate::scripts;
 
 /// A rate limiter whose state lives in Redis: every decision is one atomic Lua script call on one key,

@@ -8,8 +8,8 @@ use tollgate_core::{Decision, Nanos};
 
 use crate::breaker::{Admission, Breaker, Outcome};
 use crate::config::{RedisConfig, TimeSource};
-use crate::encoding::ScriptParams;
 use crate::error::Error;
+use crate::params::ScriptParams;
 
 /// Integers the scripts handle stay below 2^53 (exact in a Lua double). Parameters are held below
 /// 2^52 so that `now` (about 2^50.6 µs today) plus any of them stays exact until the year 2112.

@@ -160,3 +160,19 @@ fn default_stripes(slots: usize, window: usize) -> usize {
 fn random_seed() -> u64 {
     std::hash::RandomState::new().hash_one(0x746f_6c6c_6761_7465_u64)
 }
+
+// The constructors that start a builder live here, beside it, so the limiter's module does not
+// name the builder's (no import circle between the two).
+impl<K: ?Sized, A: Algorithm> KeyedLimiter<K, A, MonotonicClock> {
+    /// Options beyond [`new`](Self::new): clock, seed, stripes, window.
+    pub fn builder(quota: Quota, capacity: usize) -> Builder<K, A, MonotonicClock> {
+        Builder::new(quota, capacity, MonotonicClock::new())
+    }
+}
+
+impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
+    /// Options as [`builder`](KeyedLimiter::builder), reading `clock` (no default clock is created).
+    pub fn builder_with_clock(quota: Quota, capacity: usize, clock: C) -> Builder<K, A, C> {
+        Builder::new(quota, capacity, clock)
+    }
+}

@@ -12,7 +12,6 @@ use tollgate_core::{
     Algorithm, AtomicState, CheckError, Clock, Decision, MonotonicClock, Nanos, Quota,
 };
 
-use crate::builder::Builder;
 use crate::defaults::Defaults;
 use crate::error::KeyedError;
 use crate::ledger::OverflowLedger;
@@ -127,19 +126,9 @@ impl<K: ?Sized, A: Algorithm> KeyedLimiter<K, A, MonotonicClock> {
     pub fn new(quota: Quota, capacity: usize) -> Result<Self, KeyedError> {
         Self::builder(quota, capacity).build()
     }
-
-    /// Options beyond [`new`](Self::new): clock, seed, stripes, window.
-    pub fn builder(quota: Quota, capacity: usize) -> Builder<K, A, MonotonicClock> {
-        Builder::new(quota, capacity, MonotonicClock::new())
-    }
 }
 
 impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
-    /// Options as [`builder`](KeyedLimiter::builder), reading `clock` (no default clock is created).
-    pub fn builder_with_clock(quota: Quota, capacity: usize, clock: C) -> Builder<K, A, C> {
-        Builder::new(quota, capacity, clock)
-    }
-
     /// A limiter reading `clock`; otherwise as [`new`](KeyedLimiter::new).
     ///
     /// # Errors
