@@ -63,6 +63,7 @@ mod ledger;
 mod limiter;
 mod overrides;
 mod refund;
+mod requota;
 mod slot;
 mod sync;
 mod table;
