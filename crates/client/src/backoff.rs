@@ -131,7 +131,7 @@ impl Default for ServerJitter {
 /// Why a [`BackoffBuilder`] refused its configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum ConfigError {
+pub enum BackoffError {
     /// `base` was zero: every exponential delay would be zero.
     ZeroBase,
     /// `cap` was below `base`: the first delay could never be reached.
@@ -147,24 +147,24 @@ pub enum ConfigError {
     ZeroMaxElapsed,
 }
 
-impl fmt::Display for ConfigError {
+impl fmt::Display for BackoffError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ConfigError::ZeroBase => f.write_str("backoff base must be greater than zero"),
-            ConfigError::CapBelowBase { base, cap } => {
+            BackoffError::ZeroBase => f.write_str("backoff base must be greater than zero"),
+            BackoffError::CapBelowBase { base, cap } => {
                 write!(f, "backoff cap {cap:?} is below its base {base:?}")
             }
-            ConfigError::ZeroMaxAttempts => {
+            BackoffError::ZeroMaxAttempts => {
                 f.write_str("max attempts must be at least 1 (the first call counts)")
             }
-            ConfigError::ZeroMaxElapsed => f.write_str(
+            BackoffError::ZeroMaxElapsed => f.write_str(
                 "max elapsed must be greater than zero; use max_attempts(1) for no retries",
             ),
         }
     }
 }
 
-impl std::error::Error for ConfigError {}
+impl std::error::Error for BackoffError {}
 
 /// A validated backoff policy: `base`, `cap`, optional attempt and elapsed-time limits, and a
 /// [`Jitter`] strategy. `Copy`, so every request or client can hold its own.
@@ -187,7 +187,7 @@ impl std::error::Error for ConfigError {}
 /// let rng = rand::rngs::StdRng::seed_from_u64(7);
 /// let delays: Vec<Duration> = policy.delays(rng).collect();
 /// assert_eq!(delays, [50, 100, 200].map(Duration::from_millis));
-/// # Ok::<(), tollgate_client::ConfigError>(())
+/// # Ok::<(), tollgate_client::BackoffError>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Backoff {
@@ -278,23 +278,23 @@ impl BackoffBuilder {
     /// Validate and build.
     ///
     /// # Errors
-    /// [`ConfigError`] for a zero base, a cap below the base, zero max attempts or a zero max
+    /// [`BackoffError`] for a zero base, a cap below the base, zero max attempts or a zero max
     /// elapsed time.
-    pub fn build(self) -> Result<Backoff, ConfigError> {
+    pub fn build(self) -> Result<Backoff, BackoffError> {
         if self.base.is_zero() {
-            return Err(ConfigError::ZeroBase);
+            return Err(BackoffError::ZeroBase);
         }
         if self.cap < self.base {
-            return Err(ConfigError::CapBelowBase {
+            return Err(BackoffError::CapBelowBase {
                 base: self.base,
                 cap: self.cap,
             });
         }
         if self.max_attempts == Some(0) {
-            return Err(ConfigError::ZeroMaxAttempts);
+            return Err(BackoffError::ZeroMaxAttempts);
         }
         if self.max_elapsed.is_some_and(|d| d.is_zero()) {
-            return Err(ConfigError::ZeroMaxElapsed);
+            return Err(BackoffError::ZeroMaxElapsed);
         }
         Ok(Backoff {
             base: self.base,

@@ -16,7 +16,7 @@
 //! 584 years, before the cap applies), so no attempt number or cap can overflow or panic.
 //! Randomness comes from a caller-supplied [`rand::Rng`]: a seeded one gives reproducible
 //! delays. A nonsensical configuration (zero base, cap below base, zero max attempts, zero max
-//! elapsed time) is a [`ConfigError`] from [`BackoffBuilder::build`].
+//! elapsed time) is a [`BackoffError`] from [`BackoffBuilder::build`].
 //!
 //! # Tollgate's default: full jitter
 //! [`Backoff::default`] is base 100 ms, cap 10 s, 5 attempts, **full jitter**, chosen from the
@@ -71,7 +71,7 @@
 //!     total += wait; // sleep(wait) and call again here
 //! }
 //! assert!(total <= Duration::from_secs(5));
-//! # Ok::<(), tollgate_client::ConfigError>(())
+//! # Ok::<(), tollgate_client::BackoffError>(())
 //! ```
 
 mod backoff;
@@ -79,7 +79,7 @@ mod headers;
 mod retry;
 
 pub use backoff::{
-    Backoff, BackoffBuilder, BackoffState, ConfigError, Delays, GiveUp, Jitter, ServerJitter,
+    Backoff, BackoffBuilder, BackoffError, BackoffState, Delays, GiveUp, Jitter, ServerJitter,
 };
 pub use headers::{
     InvalidRateLimit, InvalidRetryAfter, RATELIMIT, RateLimitEntry, parse_retry_after, pause_hint,

@@ -116,7 +116,7 @@ struct InFlight {
 ///    .seed(42);
 /// let layer = RetryLayer::new(policy); // wrap any Service<http::Request<B>> with B: Clone
 /// # let _ = layer;
-/// # Ok::<(), tollgate_client::ConfigError>(())
+/// # Ok::<(), tollgate_client::BackoffError>(())
 /// ```
 #[derive(Clone)]
 pub struct RetryPolicy<F = AllErrors> {

@@ -7,7 +7,7 @@ use proptest::prelude::*;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use tollgate_client::{
-    Backoff, BackoffState, ConfigError, GiveUp, InvalidRetryAfter, Jitter, ServerJitter,
+    Backoff, BackoffError, BackoffState, GiveUp, InvalidRetryAfter, Jitter, ServerJitter,
     parse_retry_after, pause_hint, ratelimit_entries, retry_after,
 };
 
@@ -26,23 +26,26 @@ fn policy(base_ms: u64, cap_ms: u64, jitter: Jitter) -> Backoff {
 #[test]
 fn nonsensical_configs_are_typed_errors() {
     let b = Backoff::builder();
-    assert_eq!(b.base(Duration::ZERO).build(), Err(ConfigError::ZeroBase));
+    assert_eq!(b.base(Duration::ZERO).build(), Err(BackoffError::ZeroBase));
     assert_eq!(
         b.base(2 * MS).cap(MS).build(),
-        Err(ConfigError::CapBelowBase {
+        Err(BackoffError::CapBelowBase {
             base: 2 * MS,
             cap: MS
         })
     );
-    assert_eq!(b.max_attempts(0).build(), Err(ConfigError::ZeroMaxAttempts));
+    assert_eq!(
+        b.max_attempts(0).build(),
+        Err(BackoffError::ZeroMaxAttempts)
+    );
     assert_eq!(
         b.max_elapsed(Duration::ZERO).build(),
-        Err(ConfigError::ZeroMaxElapsed)
+        Err(BackoffError::ZeroMaxElapsed)
     );
     assert!(b.base(MS).cap(MS).max_attempts(1).build().is_ok());
     assert_eq!(Backoff::builder().build(), Ok(Backoff::default()));
     // Errors render a readable message.
-    assert!(ConfigError::ZeroBase.to_string().contains("base"));
+    assert!(BackoffError::ZeroBase.to_string().contains("base"));
 }
 
 #[test]

@@ -40,7 +40,7 @@ use std::time::Duration;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
-use tollgate_client::{Backoff, BackoffState, ConfigError, Jitter, ServerJitter};
+use tollgate_client::{Backoff, BackoffError, BackoffState, Jitter, ServerJitter};
 
 /// Saturating conversion of a duration to whole nanoseconds in `u64`.
 fn nanos(d: Duration) -> u64 {
@@ -212,7 +212,7 @@ impl HerdConfig {
 #[non_exhaustive]
 pub enum HerdError {
     /// The backoff base and cap do not form a valid [`Backoff`].
-    Backoff(ConfigError),
+    Backoff(BackoffError),
     /// The server's rate or burst is zero: nobody could ever be admitted.
     ZeroServerRate,
     /// More than [`MAX_EVENTS`] calls without every client finishing.
@@ -673,6 +673,9 @@ mod tests {
         assert_eq!(simulate(&c), Err(HerdError::ZeroServerRate));
         let mut c = HerdConfig::new(10, Strategy::Backoff(Jitter::Full));
         c.base = Duration::ZERO;
-        assert_eq!(simulate(&c), Err(HerdError::Backoff(ConfigError::ZeroBase)));
+        assert_eq!(
+            simulate(&c),
+            Err(HerdError::Backoff(BackoffError::ZeroBase))
+        );
     }
 }
