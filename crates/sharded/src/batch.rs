@@ -103,7 +103,7 @@ where
         self.head = (self.head + 1) % CHECK_KEYS_LOOKAHEAD;
         self.len -= 1;
         let now = self.limiter.now();
-        Some(self.limiter.decide(place, None, now, self.cost))
+        Some(self.limiter.decide(place, None, now, self.cost, 0))
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {

@@ -52,6 +52,7 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         place: Place,
         now: Nanos,
         cost: u64,
+        reserve: u64,
     ) -> Result<Decision, CheckError> {
         let stripe = &self.stripes[place.stripe];
         let mut ledger = lock(&stripe.insert);
@@ -61,7 +62,7 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         loop {
             match self.scan_locked(place, now, &ledger) {
                 (Some((index, found)), _) => {
-                    if let Some(result) = self.apply(index, found, now, cost) {
+                    if let Some(result) = self.apply(index, found, now, cost, reserve) {
                         return result;
                     }
                     // Only inserts re-tag slots and we hold the stripe's lock: unreachable, but
@@ -69,7 +70,7 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
                 }
                 (None, Some((index, old))) => {
                     let state = self.new_key_state(stripe, &mut ledger, place.hash_part, now);
-                    let transition = algorithm.decide(state, now, cost)?;
+                    let transition = algorithm.decide_reserving(state, now, cost, reserve)?;
                     let Some(next) = transition.next else {
                         // A decision that writes nothing (cost 0) does not insert the key.
                         return Ok(transition.decision);
@@ -87,7 +88,9 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
                 (None, None) => {
                     // Relaxed: a monitoring counter; publishes nothing.
                     stripe.overflowed.fetch_add(1, Ordering::Relaxed);
-                    let decision = stripe.overflow.apply(algorithm, now, cost)?;
+                    let decision = stripe
+                        .overflow
+                        .apply_reserving(algorithm, now, cost, reserve)?;
                     if decision.is_allowed() {
                         ledger.record(place.hash_part);
                     }

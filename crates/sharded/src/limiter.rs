@@ -238,7 +238,7 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         // Issue the load of the key's home slot (in a large table, usually a cache miss) before
         // reading the clock, so the clock read overlaps the miss instead of adding to it.
         let home = self.load(place.base + place.home);
-        self.decide(place, Some(home), self.clock.now(), cost)
+        self.decide(place, Some(home), self.clock.now(), cost, 0)
     }
 
     /// Starts fetching `key`'s slot into the CPU cache and returns at once: a hint for callers that
@@ -288,7 +288,46 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         K: Borrow<Q>,
         Q: Hash + ?Sized,
     {
-        self.decide(self.place(self.hasher.hash_one(key)), None, now, cost)
+        self.decide(self.place(self.hasher.hash_one(key)), None, now, cost, 0)
+    }
+
+    /// [`check_key_at`](Self::check_key_at) keeping `reserve` units of headroom: admits only if at
+    /// least `reserve` more units would still fit in the key's quota afterwards
+    /// ([`Algorithm::decide_reserving`]), in the same compare-and-swap loop; a denial writes
+    /// nothing. A priority class below a reserved share decides this way.
+    ///
+    /// ```
+    /// use tollgate_core::{Gcra, Quota};
+    /// use tollgate_sharded::KeyedLimiter;
+    /// let limiter = KeyedLimiter::<str, Gcra>::new(Quota::per_second(10)?, 100)?;
+    /// let now = limiter.now();
+    /// let batch = (0..20).filter(|_| limiter.check_key_reserving_at("k", now, 1, 3).unwrap().is_allowed());
+    /// assert_eq!(batch.count(), 7); // 3 of 10 kept back
+    /// assert!(limiter.check_key_at("k", now, 3)?.is_allowed());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`check_key`](Self::check_key).
+    #[inline]
+    pub fn check_key_reserving_at<Q>(
+        &self,
+        key: &Q,
+        now: Nanos,
+        cost: u64,
+        reserve: u64,
+    ) -> Result<Decision, CheckError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + ?Sized,
+    {
+        self.decide(
+            self.place(self.hasher.hash_one(key)),
+            None,
+            now,
+            cost,
+            reserve,
+        )
     }
 
     /// What [`check_key`](Self::check_key) would decide now, without recording anything.

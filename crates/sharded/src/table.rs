@@ -114,16 +114,17 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         mut home: Option<SlotWord>,
         now: Nanos,
         cost: u64,
+        reserve: u64,
     ) -> Result<Decision, CheckError> {
         loop {
             match self.scan(place, home.take(), None) {
                 Scan::Found(index, found) => {
-                    if let Some(result) = self.apply(index, found, now, cost) {
+                    if let Some(result) = self.apply(index, found, now, cost, reserve) {
                         return result;
                     }
                     // The slot was re-tagged (the key was evicted) under us: look again.
                 }
-                Scan::Missing { .. } => return self.insert(place, now, cost),
+                Scan::Missing { .. } => return self.insert(place, now, cost, reserve),
             }
         }
     }
@@ -163,8 +164,9 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         Scan::Missing { room }
     }
 
-    /// Applies the key's algorithm to the slot with the pair CAS loop. `None`: the slot no longer
-    /// holds the key (evicted under us); the caller rescans.
+    /// Applies the key's algorithm to the slot with the pair CAS loop, keeping `reserve` units of
+    /// headroom (0: a plain decision; see `Algorithm::decide_reserving`). `None`: the slot no
+    /// longer holds the key (evicted under us); the caller rescans.
     #[inline]
     pub(crate) fn apply(
         &self,
@@ -172,6 +174,7 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         current: SlotWord,
         now: Nanos,
         cost: u64,
+        reserve: u64,
     ) -> Option<Result<Decision, CheckError>> {
         let hash_part = current.hash_part();
         let outcome = cas_loop(
@@ -186,7 +189,7 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
                 // and written (if at all) in the current generation's tier.
                 let (algorithm, seen) = self.resolve(word);
                 let transition = algorithm
-                    .decide(seen.state, now, cost)
+                    .decide_reserving(seen.state, now, cost, reserve)
                     .map_err(|error| Some(Err(error)))?;
                 let next = transition.next.map(|state| seen.with_state(state));
                 Ok((transition.decision, next))
