@@ -97,8 +97,10 @@ pub struct GradientLimit {
     count: u64,
     sum_nanos: u128,
     busiest: u64,
-    /// Mean latency (ns) of each of the last `baseline_windows` windows, oldest first.
-    history: VecDeque<u64>,
+    /// The lowest window mean of the last `baseline_windows` windows, as a monotonic queue:
+    /// (window number, mean ns), means strictly increasing from the front, so the front is the
+    /// minimum (O(1) amortised per window instead of a scan of every remembered window).
+    history: MinWindow,
     /// Shrinking windows in a row.
     shrinking: u32,
     /// The limit before the first of them.
@@ -144,7 +146,7 @@ impl GradientLimit {
             count: 0,
             sum_nanos: 0,
             busiest: 0,
-            history: VecDeque::with_capacity(config.baseline_windows),
+            history: MinWindow::default(),
             shrinking: 0,
             before_shrinking: config.initial_limit as f64,
             previous_baseline: None,
@@ -159,32 +161,26 @@ impl GradientLimit {
 
     /// The baseline latency (lowest recent window mean), once a window has closed.
     pub fn baseline(&self) -> Option<Duration> {
-        self.history.iter().min().map(|&n| Duration::from_nanos(n))
+        self.history.min().map(Duration::from_nanos)
     }
 
     /// Ends the current window with mean latency `mean` (ns).
     fn close_window(&mut self, mean: u64, busiest: u64) {
         let config = &self.config;
         if let Some(previous) = self.previous_baseline {
-            let relearned = self.history.iter().copied().min().unwrap_or(u64::MAX);
+            let relearned = self.history.min().unwrap_or(u64::MAX);
             if mean as f64 * config.tolerance < relearned as f64 {
                 // Latency fell well below the re-learned baseline: the slow spell is over, and the
                 // old baseline (measured below the knee) is a better estimate than anything seen
                 // at the limit since. (If the spell is only partly over, cuts re-learn again.)
-                if self.history.len() == config.baseline_windows {
-                    self.history.pop_front();
-                }
-                self.history.push_back(previous);
+                self.history.push(previous, config.baseline_windows);
                 self.previous_baseline = None;
             }
         }
-        if self.history.len() == config.baseline_windows {
-            self.history.pop_front();
-        }
-        self.history.push_back(mean);
+        self.history.push(mean, config.baseline_windows);
         // `history` holds `mean`, so it is not empty; a baseline of 0 ns (latencies below 1 ns)
         // reads as 1 ns so that the ratio below stays finite.
-        let baseline = self.history.iter().copied().min().unwrap_or(mean).max(1);
+        let baseline = self.history.min().unwrap_or(mean).max(1);
         let ratio = baseline as f64 / mean.max(1) as f64;
         if ratio * config.tolerance < 1.0 {
             if self.shrinking == 0 {
@@ -203,7 +199,7 @@ impl GradientLimit {
                 self.previous_baseline =
                     Some(self.previous_baseline.map_or(baseline, |p| p.min(baseline)));
                 self.history.clear();
-                self.history.push_back(mean);
+                self.history.push(mean, config.baseline_windows);
                 self.shrinking = 0;
                 self.limit = self.before_shrinking;
             }
@@ -216,6 +212,42 @@ impl GradientLimit {
         self.limit = self
             .limit
             .clamp(config.min_limit as f64, config.max_limit as f64);
+    }
+}
+
+/// The minimum of the last `n` values pushed, in O(1) amortised per push.
+#[derive(Clone, Debug, Default)]
+struct MinWindow {
+    /// (push number, value), values strictly increasing from the front.
+    queue: VecDeque<(u64, u64)>,
+    pushed: u64,
+}
+
+impl MinWindow {
+    /// Adds `value`; values pushed `n` or more pushes ago are forgotten.
+    fn push(&mut self, value: u64, n: usize) {
+        while self.queue.back().is_some_and(|&(_, v)| v >= value) {
+            self.queue.pop_back();
+        }
+        self.queue.push_back((self.pushed, value));
+        self.pushed += 1;
+        // Entry `at` is among the last `n` pushes while `pushed - at <= n`.
+        let n = n as u64;
+        while self
+            .queue
+            .front()
+            .is_some_and(|&(at, _)| self.pushed - at > n)
+        {
+            self.queue.pop_front();
+        }
+    }
+
+    fn min(&self) -> Option<u64> {
+        self.queue.front().map(|&(_, v)| v)
+    }
+
+    fn clear(&mut self) {
+        self.queue.clear();
     }
 }
 
@@ -358,6 +390,21 @@ mod tests {
             g.on_sample(sample(&g, 100, 93));
         }
         assert_eq!(g.limit(), 70);
+    }
+
+    #[test]
+    fn the_windowed_minimum_matches_a_scan() {
+        let mut rng = crate::sim::SplitMix64::new(3);
+        for n in [1usize, 2, 7, 50] {
+            let (mut window, mut all) = (MinWindow::default(), Vec::new());
+            for _ in 0..2_000 {
+                let value = rng.next_u64() % 100;
+                window.push(value, n);
+                all.push(value);
+                let scan = all[all.len().saturating_sub(n)..].iter().min().copied();
+                assert_eq!(window.min(), scan, "n = {n}");
+            }
+        }
     }
 
     #[test]
