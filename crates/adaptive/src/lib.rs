@@ -60,6 +60,11 @@
 //! request cancelled or timed out should be dropped, so a timeout's arbitrary latency does not
 //! pollute the mean.
 
+// The guide's code blocks are this crate's doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../guides/adaptive.md")]
+struct GuideAdaptive;
+
 mod algorithm;
 mod gradient;
 mod limiter;
