@@ -38,8 +38,9 @@ fn gradient(scenario: &Scenario) -> Run {
 
 const SEEDS: std::ops::RangeInclusive<u64> = 1..=5;
 
-/// The stated settling time: from the initial limit (20) to within 10 % of the knee.
-const SETTLE: Duration = Duration::from_millis(2_500);
+/// The stated settling time: from the initial limit (20) to within 10 % of the knee (1.6–2.5 s
+/// over seeds 1 to 30).
+const SETTLE: Duration = Duration::from_secs(3);
 
 /// Within 10 % of the knee.
 fn near_knee(limit: u64) -> bool {
@@ -129,4 +130,32 @@ fn the_same_seed_gives_the_same_run() {
     let (a, b) = (gradient(&scenario(None, 7)), gradient(&scenario(None, 7)));
     assert_eq!(a.series, b.series);
     assert_eq!(a.admitted, b.admitted);
+}
+
+#[test]
+fn a_noisy_upstream_needs_a_wider_tolerance_and_then_holds_the_knee() {
+    // ±50 % uniform noise on every latency (coefficient of variation 0.29): a window's mean is
+    // precise enough only over many requests, and 3 % is too fine a tolerance; 10 % holds.
+    for seed in 1..=3 {
+        let noisy = Scenario {
+            upstream: Upstream {
+                jitter: 0.5,
+                ..scenario(None, seed).upstream
+            },
+            duration: secs(30.0),
+            ..scenario(None, seed)
+        };
+        let config = GradientConfig {
+            tolerance: 1.1,
+            ..GradientConfig::default()
+        };
+        let run = simulate(GradientLimit::new(config).unwrap(), &noisy);
+        let (mean, _, _) = run.limit_range(secs(5.0), secs(30.0)).unwrap();
+        assert!(
+            near_knee(mean.round() as u64),
+            "seed {seed}: mean limit {mean:.1}"
+        );
+        let throughput = run.throughput(secs(5.0), secs(30.0));
+        assert!(throughput > 8_500.0, "seed {seed}: {throughput:.0}/s");
+    }
 }
