@@ -239,3 +239,86 @@ impl LimitAlgorithm for AimdLimit {
         self.current()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok(limit: u64, in_flight: u64) -> Sample {
+        Sample {
+            latency: Some(Duration::from_millis(5)),
+            in_flight,
+            limit,
+        }
+    }
+
+    #[test]
+    fn aimd_adds_one_per_round_and_cuts_once_per_round() {
+        let mut aimd = AimdLimit::new(AimdConfig {
+            initial_limit: 10,
+            ..AimdConfig::default()
+        })
+        .unwrap();
+        // One round of 10 busy samples: about +1.
+        for _ in 0..10 {
+            aimd.on_sample(ok(10, 10));
+        }
+        assert_eq!(aimd.current(), 10, "10.99: not a whole unit yet");
+        aimd.on_sample(ok(10, 10));
+        assert_eq!(aimd.current(), 11);
+        // Idle samples (fewer than half the limit in flight) do not grow it.
+        for _ in 0..100 {
+            aimd.on_sample(ok(11, 2));
+        }
+        assert_eq!(aimd.current(), 11);
+        // A burst of drops is one cut (× 0.9), not one per drop.
+        for _ in 0..5 {
+            aimd.on_sample(Sample {
+                latency: None,
+                in_flight: 11,
+                limit: 11,
+            });
+        }
+        assert_eq!(aimd.current(), 9);
+        // So is a burst of requests slower than the timeout.
+        let mut slow = AimdLimit::new(AimdConfig {
+            initial_limit: 100,
+            timeout: Duration::from_millis(20),
+            ..AimdConfig::default()
+        })
+        .unwrap();
+        for _ in 0..50 {
+            slow.on_sample(Sample {
+                latency: Some(Duration::from_millis(30)),
+                in_flight: 100,
+                limit: 100,
+            });
+        }
+        assert_eq!(slow.current(), 90);
+    }
+
+    #[test]
+    fn bad_limits_are_typed_errors() {
+        assert_eq!(FixedLimit::new(0), Err(LimitConfigError::ZeroLimit));
+        let bad = |config| AimdLimit::new(config).unwrap_err();
+        let d = AimdConfig::default();
+        assert!(matches!(
+            bad(AimdConfig { min_limit: 0, ..d }),
+            LimitConfigError::Bounds { .. }
+        ));
+        assert!(matches!(
+            bad(AimdConfig { backoff: 1.0, ..d }),
+            LimitConfigError::Factor {
+                field: "backoff",
+                ..
+            }
+        ));
+        assert_eq!(
+            bad(AimdConfig {
+                timeout: Duration::ZERO,
+                ..d
+            }),
+            LimitConfigError::ZeroTimeout
+        );
+    }
+}
