@@ -18,6 +18,7 @@ use crate::error::KeyedError;
 use crate::ledger::OverflowLedger;
 use crate::slot::{SlotWord, TIER_MASK};
 use crate::sync::{AtomicPair, AtomicUsize, Mutex, OnceLock, Ordering, lock};
+use crate::table::Plain;
 
 /// The most stripes a table may have.
 pub const MAX_STRIPES: usize = 1 << 16;
@@ -238,7 +239,7 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         // Issue the load of the key's home slot (in a large table, usually a cache miss) before
         // reading the clock, so the clock read overlaps the miss instead of adding to it.
         let home = self.load(place.base + place.home);
-        self.decide(place, Some(home), self.clock.now(), cost, 0)
+        self.decide(place, Some(home), self.clock.now(), cost, Plain)
     }
 
     /// Starts fetching `key`'s slot into the CPU cache and returns at once: a hint for callers that
@@ -288,7 +289,13 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         K: Borrow<Q>,
         Q: Hash + ?Sized,
     {
-        self.decide(self.place(self.hasher.hash_one(key)), None, now, cost, 0)
+        self.decide(
+            self.place(self.hasher.hash_one(key)),
+            None,
+            now,
+            cost,
+            Plain,
+        )
     }
 
     /// [`check_key_at`](Self::check_key_at) keeping `reserve` units of headroom: admits only if at
