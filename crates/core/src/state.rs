@@ -56,6 +56,27 @@ impl AtomicState {
         .map(|(decision, _)| decision)
     }
 
+    /// [`apply`](Self::apply) with headroom ([`Algorithm::decide_reserving`]): admits only if
+    /// `reserve` more units would still fit afterwards. The same loop; a denial writes nothing.
+    ///
+    /// # Errors
+    /// As [`apply`](Self::apply).
+    #[inline]
+    pub fn apply_reserving<A: Algorithm>(
+        &self,
+        algorithm: &A,
+        now: Nanos,
+        cost: u64,
+        reserve: u64,
+    ) -> Result<Decision, CheckError> {
+        self.update(self.load(), |word| {
+            let Transition { decision, next } =
+                algorithm.decide_reserving(word, now, cost, reserve)?;
+            Ok((decision, next))
+        })
+        .map(|(decision, _)| decision)
+    }
+
     /// The CAS loop itself, for any pure transition: `transition(word)` returns a result and the word
     /// to store (`None`: store nothing). Starting from `current`, it retries against the value a failed
     /// exchange found, and returns the result with the word it was based on (or wrote).

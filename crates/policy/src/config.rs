@@ -10,6 +10,7 @@ use tollgate_sharded::KeyedError;
 use tollgate_striped::StripedError;
 
 use crate::descriptor_match::DescriptorMatch;
+use crate::priority::{PriorityConfig, PriorityError};
 
 /// A whole policy: its rules, per-value overrides and the global dry-run switch.
 ///
@@ -109,6 +110,10 @@ pub struct RuleConfig {
     /// `max_delay` for their slot instead of being denied; beyond that they are denied.
     #[serde(default)]
     pub delay: Option<DelayConfig>,
+    /// Priority classes with shares of each key's capacity kept for the higher ones (see
+    /// [`PriorityConfig`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<PriorityConfig>,
 }
 
 fn default_algorithm() -> String {
@@ -311,6 +316,9 @@ pub enum ConfigErrorKind {
     Striped(StripedError),
     /// Redis lease mode on a rule that is not GCRA (leases are slices of one GCRA bucket).
     LeaseNeedsGcra,
+    /// The rule's `priority` (classes and reserved shares) is invalid or its storage cannot keep
+    /// headroom.
+    Priority(PriorityError),
 }
 
 impl ConfigError {
@@ -369,6 +377,7 @@ impl fmt::Display for ConfigError {
                 "redis lease mode runs gcra only (leases are slices of one gcra bucket); use the \
                  per request mode for this algorithm",
             ),
+            ConfigErrorKind::Priority(error) => write!(f, "{error}"),
         }
     }
 }
@@ -466,6 +475,11 @@ impl PolicyConfig {
             }
             if rule.delay.is_some() && !algorithm.is_bucket() {
                 return Err(ConfigError::new(name, "delay", ConfigErrorKind::Delay));
+            }
+            if let Some(priority) = &rule.priority {
+                crate::priority::validate(priority, rule.storage, in_process).map_err(|e| {
+                    ConfigError::new(name, "priority", ConfigErrorKind::Priority(e))
+                })?;
             }
             let quota = quota(name, rule.limit, rule.period, rule.burst)?;
             let quota = with_delay(name, quota, rule.delay)?;

@@ -171,13 +171,18 @@ fn rule_key<'a>(
         return None;
     }
     let key = rule.key(values, buf)?;
+    let quota = rule.effective_for(key);
     Some(RuleKey {
         index: i,
         rule: rule.name,
         algorithm: rule.algorithm,
-        quota: rule.effective_for(key),
+        quota,
         key,
         composite: rule.key.len() > 1,
+        reserve: rule
+            .priority
+            .as_ref()
+            .map_or(0, |p| p.reserve(values, rule.algorithm, &quota)),
     })
 }
 
@@ -504,6 +509,8 @@ fn rule_key_of<'a>(set: &RuleSet, i: usize, key: &'a [u8]) -> Option<RuleKey<'a>
         quota: rule.effective_for(key),
         key,
         composite: rule.key.len() > 1,
+        // Redis stores refuse priorities (validation).
+        reserve: 0,
     })
 }
 

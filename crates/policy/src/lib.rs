@@ -13,6 +13,8 @@
 //!   names are present and match (`subset`, the default), or, with `descriptor_match = "exact"`,
 //!   only when the request carries no descriptor the rule does not name (Envoy's one descriptor
 //!   per limit; tollgate-server's default).
+//! * **Priority classes** per rule (`priority`, [`PriorityConfig`]): shares of each key's capacity
+//!   kept for higher classes, named by a descriptor; the lowest class sheds first.
 //! * **Shadow mode** per rule, and a global dry-run switch ([`Policy::set_dry_run`]).
 //! * **Two-stage delay** (nginx's `burst=… delay=…`): a bucket rule with `delay.max_delay` admits its
 //!   burst at once, asks the next requests to wait up to `max_delay` ([`PolicyDecision::delay`]), and
@@ -51,6 +53,7 @@ mod descriptor_match;
 mod engine;
 mod limiter;
 mod policy;
+mod priority;
 #[cfg(feature = "redis")]
 mod redis_store;
 mod reload;
@@ -65,6 +68,7 @@ pub use config::{
 };
 pub use descriptor_match::DescriptorMatch;
 pub use policy::{Descriptors, Policy, PolicyDecision, PolicyError, RuleOutcome};
+pub use priority::{PriorityConfig, PriorityError};
 #[cfg(feature = "redis")]
 pub use redis_store::{RedisPolicy, RedisSettings};
 pub use reload::{PreparedReload, ReloadReport};

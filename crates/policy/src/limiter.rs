@@ -27,6 +27,19 @@ pub(crate) enum Receipt {
 /// A rule's limiter, keyed or global. `key` is ignored by global limiters.
 pub(crate) trait RuleLimiter: Send + Sync {
     fn check(&self, key: &[u8], now: Nanos, cost: u64) -> Result<(Decision, Receipt), CheckError>;
+    /// `check` leaving `reserve` units for higher priority classes. Storages that cannot keep
+    /// headroom (striped) decide plainly; validation refuses a `priority` on them.
+    #[inline]
+    fn check_reserving(
+        &self,
+        key: &[u8],
+        now: Nanos,
+        cost: u64,
+        reserve: u64,
+    ) -> Result<(Decision, Receipt), CheckError> {
+        let _ = reserve;
+        self.check(key, now, cost)
+    }
     fn peek(&self, key: &[u8], now: Nanos, cost: u64) -> Result<Decision, CheckError>;
     fn refund(&self, key: &[u8], now: Nanos, cost: u64, receipt: Receipt);
     /// Decisions made by a keyed table's shared overflow states.
@@ -75,6 +88,18 @@ impl<A: Algorithm, C: Clock> RuleLimiter for Keyed<A, C> {
     fn check(&self, key: &[u8], now: Nanos, cost: u64) -> Result<(Decision, Receipt), CheckError> {
         self.limiter
             .check_key_at(key, now, cost)
+            .map(|d| (d, Receipt::Plain))
+    }
+    #[inline]
+    fn check_reserving(
+        &self,
+        key: &[u8],
+        now: Nanos,
+        cost: u64,
+        reserve: u64,
+    ) -> Result<(Decision, Receipt), CheckError> {
+        self.limiter
+            .check_key_reserving_at(key, now, cost, reserve)
             .map(|d| (d, Receipt::Plain))
     }
     fn peek(&self, key: &[u8], now: Nanos, cost: u64) -> Result<Decision, CheckError> {

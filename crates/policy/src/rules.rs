@@ -15,6 +15,7 @@ use crate::config::{
 };
 use crate::descriptor_match::{self, DescriptorMatch};
 use crate::policy::Descriptors;
+use crate::priority::Priority;
 use crate::reload::Identity;
 use crate::stats::{Counters, Outcome, PolicySnapshot, RuleStats};
 
@@ -54,6 +55,8 @@ pub(crate) struct Rule {
     /// Override quotas by key value (single-descriptor keys only).
     pub(crate) overrides: HashMap<String, Quota>,
     pub(crate) counters: Arc<Counters>,
+    /// Priority classes and the headroom each must leave (`None`: every request alike).
+    pub(crate) priority: Option<Priority>,
 }
 
 /// Rule names live for the process: decisions hand out `&'static str` without a reference count.
@@ -95,6 +98,10 @@ impl Rule {
         let delay = rc
             .delay
             .map(|d| (delay_units(&shown, d.max_delay), shown.burst_nanos()));
+        let priority = rc
+            .priority
+            .as_ref()
+            .and_then(|p| Priority::compile(p, index_of));
         let capacity = match valid.algorithm {
             AlgorithmKind::Gcra | AlgorithmKind::LeakyBucket => shown.burst(),
             _ => shown.limit(),
@@ -117,6 +124,7 @@ impl Rule {
             identity,
             overrides,
             counters,
+            priority,
         })
     }
 
@@ -125,7 +133,10 @@ impl Rule {
         self.matches
             .iter()
             .all(|(i, spec)| values[*i].is_some_and(|v| spec.matches(v)))
-            && descriptor_match::admits(self.descriptor_match, &self.matches, values)
+            && match &self.priority {
+                None => descriptor_match::admits(self.descriptor_match, &self.matches, values),
+                Some(p) => p.admits(self.descriptor_match, &self.matches, values),
+            }
     }
 
     /// Whether this rule's denials count for the request (not shadow, not a dry run).

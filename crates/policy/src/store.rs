@@ -37,6 +37,8 @@ pub(crate) struct RuleKey<'a> {
     pub key: &'a [u8],
     /// Whether the key is made of several descriptors (binary, not always UTF-8).
     pub composite: bool,
+    /// Units this request must leave in the key's quota for higher priority classes (0: none).
+    pub reserve: u64,
 }
 
 /// In-process state, answered without waiting.
@@ -125,7 +127,9 @@ impl Store for MemoryStore {
         now: Nanos,
         cost: u64,
     ) -> Result<Option<(Decision, Receipt)>, CheckError> {
-        self.limiters[at.index].check(at.key, now, cost).map(Some)
+        self.limiters[at.index]
+            .check_reserving(at.key, now, cost, at.reserve)
+            .map(Some)
     }
 
     #[inline]

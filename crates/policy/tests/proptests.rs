@@ -103,6 +103,7 @@ fn config(specs: &[RuleSpec; 3], striped: bool) -> PolicyConfig {
         storage,
         stripes: (storage == Storage::Striped).then_some(1),
         delay: None,
+        priority: None,
     };
     PolicyConfig {
         dry_run: false,

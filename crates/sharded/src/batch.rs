@@ -10,6 +10,7 @@ use std::marker::PhantomData;
 use tollgate_core::{Algorithm, CheckError, Clock, Decision};
 
 use crate::limiter::{KeyedLimiter, Place};
+use crate::table::Plain;
 
 impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     /// Decides `cost` units for each key of `keys`, in order, fetching each key's slot a few keys
@@ -103,7 +104,7 @@ where
         self.head = (self.head + 1) % CHECK_KEYS_LOOKAHEAD;
         self.len -= 1;
         let now = self.limiter.now();
-        Some(self.limiter.decide(place, None, now, self.cost))
+        Some(self.limiter.decide(place, None, now, self.cost, Plain))
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {

@@ -8,6 +8,7 @@ use crate::ledger::OverflowLedger;
 use crate::limiter::{KeyedLimiter, Place, SlotAt, Stripe};
 use crate::slot::SlotWord;
 use crate::sync::{Ordering, lock};
+use crate::table::Headroom;
 
 impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     /// Under the stripe lock (`ledger` is what it guards): the key's slot if present, and the slot a
@@ -52,6 +53,7 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         place: Place,
         now: Nanos,
         cost: u64,
+        reserve: impl Headroom,
     ) -> Result<Decision, CheckError> {
         let stripe = &self.stripes[place.stripe];
         let mut ledger = lock(&stripe.insert);
@@ -61,7 +63,7 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         loop {
             match self.scan_locked(place, now, &ledger) {
                 (Some((index, found)), _) => {
-                    if let Some(result) = self.apply(index, found, now, cost) {
+                    if let Some(result) = self.apply(index, found, now, cost, reserve) {
                         return result;
                     }
                     // Only inserts re-tag slots and we hold the stripe's lock: unreachable, but
@@ -69,7 +71,7 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
                 }
                 (None, Some((index, old))) => {
                     let state = self.new_key_state(stripe, &mut ledger, place.hash_part, now);
-                    let transition = algorithm.decide(state, now, cost)?;
+                    let transition = reserve.decide(algorithm, state, now, cost)?;
                     let Some(next) = transition.next else {
                         // A decision that writes nothing (cost 0) does not insert the key.
                         return Ok(transition.decision);
@@ -87,7 +89,7 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
                 (None, None) => {
                     // Relaxed: a monitoring counter; publishes nothing.
                     stripe.overflowed.fetch_add(1, Ordering::Relaxed);
-                    let decision = stripe.overflow.apply(algorithm, now, cost)?;
+                    let decision = reserve.apply(&stripe.overflow, algorithm, now, cost)?;
                     if decision.is_allowed() {
                         ledger.record(place.hash_part);
                     }

@@ -17,6 +17,7 @@ use crate::error::KeyedError;
 use crate::ledger::OverflowLedger;
 use crate::slot::{SlotWord, TIER_MASK};
 use crate::sync::{AtomicPair, AtomicUsize, Mutex, OnceLock, Ordering, lock};
+use crate::table::Plain;
 
 /// The most stripes a table may have.
 pub const MAX_STRIPES: usize = 1 << 16;
@@ -227,7 +228,7 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         // Issue the load of the key's home slot (in a large table, usually a cache miss) before
         // reading the clock, so the clock read overlaps the miss instead of adding to it.
         let home = self.load(place.base + place.home);
-        self.decide(place, Some(home), self.clock.now(), cost)
+        self.decide(place, Some(home), self.clock.now(), cost, Plain)
     }
 
     /// Starts fetching `key`'s slot into the CPU cache and returns at once: a hint for callers that
@@ -277,7 +278,52 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         K: Borrow<Q>,
         Q: Hash + ?Sized,
     {
-        self.decide(self.place(self.hasher.hash_one(key)), None, now, cost)
+        self.decide(
+            self.place(self.hasher.hash_one(key)),
+            None,
+            now,
+            cost,
+            Plain,
+        )
+    }
+
+    /// [`check_key_at`](Self::check_key_at) keeping `reserve` units of headroom: admits only if at
+    /// least `reserve` more units would still fit in the key's quota afterwards
+    /// ([`Algorithm::decide_reserving`]), in the same compare-and-swap loop; a denial writes
+    /// nothing. A priority class below a reserved share decides this way.
+    ///
+    /// ```
+    /// use tollgate_core::{Gcra, Quota};
+    /// use tollgate_sharded::KeyedLimiter;
+    /// let limiter = KeyedLimiter::<str, Gcra>::new(Quota::per_second(10)?, 100)?;
+    /// let now = limiter.now();
+    /// let batch = (0..20).filter(|_| limiter.check_key_reserving_at("k", now, 1, 3).unwrap().is_allowed());
+    /// assert_eq!(batch.count(), 7); // 3 of 10 kept back
+    /// assert!(limiter.check_key_at("k", now, 3)?.is_allowed());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`check_key`](Self::check_key).
+    #[inline]
+    pub fn check_key_reserving_at<Q>(
+        &self,
+        key: &Q,
+        now: Nanos,
+        cost: u64,
+        reserve: u64,
+    ) -> Result<Decision, CheckError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + ?Sized,
+    {
+        self.decide(
+            self.place(self.hasher.hash_one(key)),
+            None,
+            now,
+            cost,
+            reserve,
+        )
     }
 
     /// What [`check_key`](Self::check_key) would decide now, without recording anything.

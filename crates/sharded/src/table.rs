@@ -114,16 +114,17 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         mut home: Option<SlotWord>,
         now: Nanos,
         cost: u64,
+        reserve: impl Headroom,
     ) -> Result<Decision, CheckError> {
         loop {
             match self.scan(place, home.take(), None) {
                 Scan::Found(index, found) => {
-                    if let Some(result) = self.apply(index, found, now, cost) {
+                    if let Some(result) = self.apply(index, found, now, cost, reserve) {
                         return result;
                     }
                     // The slot was re-tagged (the key was evicted) under us: look again.
                 }
-                Scan::Missing { .. } => return self.insert(place, now, cost),
+                Scan::Missing { .. } => return self.insert(place, now, cost, reserve),
             }
         }
     }
@@ -163,8 +164,9 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         Scan::Missing { room }
     }
 
-    /// Applies the key's algorithm to the slot with the pair CAS loop. `None`: the slot no longer
-    /// holds the key (evicted under us); the caller rescans.
+    /// Applies the key's algorithm to the slot with the pair CAS loop, keeping `reserve`'s headroom
+    /// ([`Plain`]: none). `None`: the slot no longer holds the key (evicted under us); the caller
+    /// rescans.
     #[inline]
     pub(crate) fn apply(
         &self,
@@ -172,6 +174,7 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         current: SlotWord,
         now: Nanos,
         cost: u64,
+        reserve: impl Headroom,
     ) -> Option<Result<Decision, CheckError>> {
         let hash_part = current.hash_part();
         let outcome = cas_loop(
@@ -185,8 +188,8 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
                 // A word of the previous default generation is decided as its carried-over state,
                 // and written (if at all) in the current generation's tier.
                 let (algorithm, seen) = self.resolve(word);
-                let transition = algorithm
-                    .decide(seen.state, now, cost)
+                let transition = reserve
+                    .decide(algorithm, seen.state, now, cost)
                     .map_err(|error| Some(Err(error)))?;
                 let next = transition.next.map(|state| seen.with_state(state));
                 Ok((transition.decision, next))
@@ -198,5 +201,80 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
             Ok((decision, _)) => Some(Ok(decision)),
             Err(stopped) => stopped,
         }
+    }
+}
+
+/// How much a decision must leave for higher priority classes: a type, so that the plain path
+/// ([`Plain`]) compiles to exactly `Algorithm::decide` with no test of a reserve at run time, and
+/// a reserve (`u64` units) to `Algorithm::decide_reserving`.
+pub(crate) trait Headroom: Copy {
+    /// The transition for `cost` units at `now` from `state`.
+    fn decide<A: Algorithm>(
+        self,
+        algorithm: &A,
+        state: u64,
+        now: Nanos,
+        cost: u64,
+    ) -> Result<tollgate_core::Transition, CheckError>;
+
+    /// The same decision applied to an atomic state word (the stripe's overflow state).
+    fn apply<A: Algorithm>(
+        self,
+        state: &tollgate_core::AtomicState,
+        algorithm: &A,
+        now: Nanos,
+        cost: u64,
+    ) -> Result<Decision, CheckError>;
+}
+
+/// No headroom: a plain decision.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Plain;
+
+impl Headroom for Plain {
+    #[inline(always)]
+    fn decide<A: Algorithm>(
+        self,
+        algorithm: &A,
+        state: u64,
+        now: Nanos,
+        cost: u64,
+    ) -> Result<tollgate_core::Transition, CheckError> {
+        algorithm.decide(state, now, cost)
+    }
+
+    #[inline(always)]
+    fn apply<A: Algorithm>(
+        self,
+        state: &tollgate_core::AtomicState,
+        algorithm: &A,
+        now: Nanos,
+        cost: u64,
+    ) -> Result<Decision, CheckError> {
+        state.apply(algorithm, now, cost)
+    }
+}
+
+impl Headroom for u64 {
+    #[inline(always)]
+    fn decide<A: Algorithm>(
+        self,
+        algorithm: &A,
+        state: u64,
+        now: Nanos,
+        cost: u64,
+    ) -> Result<tollgate_core::Transition, CheckError> {
+        algorithm.decide_reserving(state, now, cost, self)
+    }
+
+    #[inline(always)]
+    fn apply<A: Algorithm>(
+        self,
+        state: &tollgate_core::AtomicState,
+        algorithm: &A,
+        now: Nanos,
+        cost: u64,
+    ) -> Result<Decision, CheckError> {
+        state.apply_reserving(algorithm, now, cost, self)
     }
 }

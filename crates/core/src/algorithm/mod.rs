@@ -77,6 +77,73 @@ pub trait Algorithm: Clone + Send + Sync + 'static {
     /// [`CheckError::CostExceedsCapacity`] when `cost > self.capacity()`.
     fn decide(&self, state: u64, now: Nanos, cost: u64) -> Result<Transition, CheckError>;
 
+    /// [`decide`](Self::decide) with **headroom**: admits `cost` units only if at least `reserve`
+    /// more would still fit afterwards, i.e. only if `cost + reserve` units could be admitted now.
+    /// What it writes on admission is exactly what `decide(state, now, cost)` writes; a denial
+    /// writes nothing. This is how a priority class below a reserved share is kept out of that
+    /// share: it sees the bucket (or window) as `reserve` units smaller, while higher classes see
+    /// it whole. `remaining` on an admission is what this caller could still take (the reserve
+    /// taken off).
+    ///
+    /// A `cost + reserve` above [`capacity`](Self::capacity) can never leave the reserve: a denial
+    /// with `retry_after` = [`Decision::NEVER`]. A cost above capacity is still the
+    /// [`CheckError`] of [`decide`](Self::decide). Pure, like `decide`; the storages apply it in the
+    /// same compare-and-swap loop.
+    ///
+    /// ```
+    /// use tollgate_core::{algorithm::Algorithm, Gcra, Quota};
+    /// let gcra = Gcra::from_quota(Quota::per_second(10)?)?; // burst 10
+    /// let mut state = 0;
+    /// // A lower class, 2 units kept for higher ones: 8 pass, then it is refused ...
+    /// for _ in 0..8 {
+    ///     state = gcra.decide_reserving(state, 0, 1, 2)?.next.unwrap();
+    /// }
+    /// let refused = gcra.decide_reserving(state, 0, 1, 2)?;
+    /// assert!(!refused.decision.is_allowed());
+    /// assert_eq!(refused.next, None);
+    /// // ... while the reserved 2 are still there for a higher class.
+    /// assert!(gcra.decide(state, 0, 2)?.decision.is_allowed());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`decide`](Self::decide).
+    #[inline]
+    fn decide_reserving(
+        &self,
+        state: u64,
+        now: Nanos,
+        cost: u64,
+        reserve: u64,
+    ) -> Result<Transition, CheckError> {
+        if reserve == 0 {
+            return self.decide(state, now, cost);
+        }
+        self.check_cost(cost)?;
+        let Some(probe) = cost
+            .checked_add(reserve)
+            .filter(|&probe| probe <= self.capacity())
+        else {
+            let reset_after = self.decide(state, now, cost)?.decision.reset_after();
+            return Ok(Transition::unchanged(Decision::Denied {
+                retry_after: Decision::NEVER,
+                reset_after,
+            }));
+        };
+        // Every algorithm here admits `cost + reserve` iff after admitting `cost` at least
+        // `reserve` more would fit (each test is `used + cost <= capacity` in its own units), so
+        // the probe decides and the real cost writes.
+        let probed = self.decide(state, now, probe)?;
+        if !probed.decision.is_allowed() {
+            return Ok(Transition::unchanged(probed.decision));
+        }
+        let mut transition = self.decide(state, now, cost)?;
+        if let Decision::Allowed { remaining, .. } = &mut transition.decision {
+            *remaining = remaining.saturating_sub(reserve);
+        }
+        Ok(transition)
+    }
+
     /// Whether `state` at `now` behaves exactly like the fresh state `0` for every future request,
     /// so a keyed table may drop it (eviction is then invisible to the key's next caller).
     fn is_fresh(&self, state: u64, now: Nanos) -> bool;
