@@ -15,11 +15,22 @@ ITERS=${ITERS:-20000}
 bin() { if [ -e "$1/crates/lab/src/bin/pingora-bench.rs" ]; then echo "$1/target/release/pingora-bench"; else echo "$1/target/release/examples/bench"; fi; }
 count() {
   local exe=$1 out
-  # `PingoraLimiter::decide` at the baseline, `PingoraLimiter<C>::decide` under the new edge.
+  # `PingoraLimiter::decide` at the baseline, `PingoraLimiter<C>::decide` under the new edge;
+  # with a second argument, also the writing of the `RateLimit` header value after it (the
+  # `policy-headers` mode: the baseline wrote it inside `decide`).
   local symbol='tollgate_pingora::PingoraLimiter*::decide'
+  local extra=() modes=()
+  if [ -n "${2:-}" ]; then
+    extra=(--toggle-collect='tollgate_http::headers::RateLimitValue::to_value')
+    modes=(--modes policy-headers)
+  elif [ "$(basename "$exe")" = pingora-bench ]; then
+    # Only the `policy` cells (the lab bench also has `policy-headers`; the old example has no
+    # `--modes`, and its other modes never call `decide`).
+    modes=(--modes policy)
+  fi
   out=$(mktemp)
-  valgrind --tool=callgrind --toggle-collect="$symbol" --callgrind-out-file="$out" \
-    "$exe" decide --iters "$ITERS" >/dev/null 2>&1
+  valgrind --tool=callgrind --toggle-collect="$symbol" "${extra[@]}" --callgrind-out-file="$out" \
+    "$exe" decide --iters "$ITERS" "${modes[@]}" >/dev/null 2>&1
   local total calls
   total=$(callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1 }')
   # Decisions made: per keys cell and repetition, a warm-up of min(keys, ITERS) and ITERS timed.
@@ -32,3 +43,4 @@ count() {
 }
 echo "base ($(git -C "$BASE" rev-parse --short HEAD)): $(count "$(bin "$BASE")")"
 echo "new ($(git -C "$ROOT" rev-parse --short HEAD)$(git -C "$ROOT" diff --quiet || echo '+dirty')): $(count "$(bin "$ROOT")")"
+echo "new, decide + RateLimit header value written: $(count "$(bin "$ROOT")" headers)"
