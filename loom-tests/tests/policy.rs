@@ -128,3 +128,43 @@ fn a_global_rule_first_is_refunded_when_the_keyed_rule_behind_it_denies() {
         assert!(!p.check_at(&[("user", "d")], NOW, 1).unwrap().is_allowed());
     });
 }
+
+/// One global rule on atomic storage, GCRA burst `burst` at 10/s.
+fn global(burst: u64) -> PolicyConfig {
+    PolicyConfig::from_toml(&format!(
+        r#"
+        metrics = false
+        [[rules]]
+        name = "global"
+        limit = 10
+        period = "1s"
+        burst = {burst}
+        "#
+    ))
+    .unwrap()
+}
+
+#[test]
+fn a_global_rule_reloaded_while_a_decision_runs_hands_over_exactly_what_was_left() {
+    loom::model(|| {
+        // Burst 2 with one unit spent; a reload to burst 3 races a check. As-is in units: one
+        // unit in all, whether the check lands before the retire (and is carried), after it (and
+        // is forwarded to the new word), or fails its exchange against the retire.
+        // The reload happens at NOW too (the clock's reading), so as-is means what was left then.
+        let clock = ManualClock::new();
+        clock.set(NOW);
+        let p = Arc::new(Policy::with_clock(global(2), clock).unwrap());
+        assert!(p.check_at(&[], NOW, 1).unwrap().is_allowed());
+        let racer = {
+            let p = p.clone();
+            thread::spawn(move || p.check_at(&[], NOW, 1).unwrap().is_allowed())
+        };
+        p.reload(global(3)).unwrap();
+        let mut admitted = u64::from(racer.join().unwrap());
+        while p.check_at(&[], NOW, 1).unwrap().is_allowed() {
+            admitted += 1;
+            assert!(admitted <= 1, "more than the unit that was left");
+        }
+        assert_eq!(admitted, 1);
+    });
+}

@@ -208,12 +208,26 @@ impl AddrText {
         };
         match ip {
             IpAddr::V4(v4) => {
+                // At most 15 bytes, byte by byte: a `copy_from_slice` per octet became a `memcpy`
+                // call each.
+                let mut len = 0;
                 for (i, octet) in v4.octets().into_iter().enumerate() {
                     if i > 0 {
-                        text.write_str(".").ok()?;
+                        text.buf[len] = b'.';
+                        len += 1;
                     }
-                    text.write_str(itoa::Buffer::new().format(octet)).ok()?;
+                    if octet >= 100 {
+                        text.buf[len] = b'0' + octet / 100;
+                        len += 1;
+                    }
+                    if octet >= 10 {
+                        text.buf[len] = b'0' + octet / 10 % 10;
+                        len += 1;
+                    }
+                    text.buf[len] = b'0' + octet % 10;
+                    len += 1;
                 }
+                text.len = len;
             }
             IpAddr::V6(_) => write!(text, "{ip}").ok()?,
         }

@@ -211,24 +211,139 @@ impl PolicyHeaders {
         })
     }
 
-    /// `"name";r=..;t=..` for one response: one allocation, sized exactly. The text is what `sfv`
-    /// serialises (the name as `new` serialised it, then two integer parameters), written directly:
-    /// serialising the name again per response was most of this field's cost.
+    /// `"name";r=..;t=..` for one response: one allocation, sized exactly.
     pub(crate) fn ratelimit(&self, remaining: u64, t: u64) -> HeaderValue {
+        self.ratelimit_value(remaining, t).to_value()
+    }
+
+    /// The `RateLimit` value for one response, as its parts: nothing is written or allocated
+    /// until a response carries it.
+    #[inline]
+    pub(crate) fn ratelimit_value(&self, remaining: u64, t: u64) -> RateLimitValue {
+        RateLimitValue {
+            name: self.name,
+            r: remaining,
+            t,
+        }
+    }
+}
+
+/// One response's `RateLimit` value, `"name";r=..;t=..`, kept as its parts (the rule's serialised
+/// name and the two numbers) so that deciding a request allocates nothing:
+/// [`to_value`](Self::to_value) (or `HeaderValue::from`) writes it when a response carries it, and
+/// it compares equal to its text.
+///
+/// ```
+/// use tollgate_core::Quota;
+/// use tollgate_http::PolicyFields;
+/// let f = PolicyFields::new()
+///     .for_rule("api", Quota::per_minute(10)?, &tollgate_core::Decision::allowed(3, 0), None)
+///     .unwrap();
+/// assert_eq!(f.ratelimit, "\"api\";r=3;t=0");
+/// let value: http::HeaderValue = f.ratelimit.into();
+/// assert_eq!(value, "\"api\";r=3;t=0");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct RateLimitValue {
+    /// The serialised name (`"name"` with escapes): validated visible ASCII.
+    name: &'static [u8],
+    r: u64,
+    t: u64,
+}
+
+impl RateLimitValue {
+    /// `r`, the units the key could spend now (before the structured-field clamp).
+    pub fn remaining(&self) -> u64 {
+        self.r
+    }
+
+    /// `t`, whole seconds until more than `r` units would pass (before the clamp).
+    pub fn reset(&self) -> u64 {
+        self.t
+    }
+
+    /// Calls `f` with the value's text, written on the stack.
+    fn with_text<R>(&self, f: impl FnOnce(&[u8], &[u8], &[u8]) -> R) -> R {
         let (mut r_text, mut t_text) = (itoa::Buffer::new(), itoa::Buffer::new());
-        let r = r_text.format(remaining.min(SF_INT_MAX)).as_bytes();
-        let t = t_text.format(t.min(SF_INT_MAX)).as_bytes();
-        // `;r=` and `;t=` are 3 bytes each.
-        let mut out = Vec::with_capacity(self.name.len() + 6 + r.len() + t.len());
-        out.extend_from_slice(self.name);
-        out.extend_from_slice(b";r=");
-        out.extend_from_slice(r);
-        out.extend_from_slice(b";t=");
-        out.extend_from_slice(t);
-        // Every byte is a validated name's or a digit; a failure cannot happen, and would only drop
-        // the field (never panic).
-        HeaderValue::from_maybe_shared(Bytes::from(out))
-            .unwrap_or_else(|_| HeaderValue::from_static(""))
+        let r = r_text.format(self.r.min(SF_INT_MAX)).as_bytes();
+        let t = t_text.format(self.t.min(SF_INT_MAX)).as_bytes();
+        f(self.name, r, t)
+    }
+
+    /// The header value: one allocation, sized exactly. The text is what `sfv` serialises (the
+    /// name as it was serialised once per rule and quota, then two integer parameters), written
+    /// directly.
+    pub fn to_value(&self) -> HeaderValue {
+        self.with_text(|name, r, t| {
+            // `;r=` and `;t=` are 3 bytes each.
+            let mut out = Vec::with_capacity(name.len() + 6 + r.len() + t.len());
+            out.extend_from_slice(name);
+            out.extend_from_slice(b";r=");
+            out.extend_from_slice(r);
+            out.extend_from_slice(b";t=");
+            out.extend_from_slice(t);
+            // Every byte is a validated name's or a digit; a failure cannot happen, and would
+            // only drop the field (never panic).
+            HeaderValue::from_maybe_shared(Bytes::from(out))
+                .unwrap_or_else(|_| HeaderValue::from_static(""))
+        })
+    }
+
+    /// Whether the text is `other`, compared piece by piece (nothing written).
+    fn is(&self, other: &[u8]) -> bool {
+        self.with_text(|name, r, t| {
+            let mut rest = other;
+            for part in [name, b";r=", r, b";t=", t] {
+                match rest.strip_prefix(part) {
+                    Some(tail) => rest = tail,
+                    None => return false,
+                }
+            }
+            rest.is_empty()
+        })
+    }
+}
+
+impl fmt::Display for RateLimitValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.with_text(|name, r, t| {
+            for part in [name, b";r=", r, b";t=", t] {
+                // Visible ASCII only (see `name`); a byte that is not would be skipped.
+                f.write_str(std::str::from_utf8(part).unwrap_or_default())?;
+            }
+            Ok(())
+        })
+    }
+}
+
+impl fmt::Debug for RateLimitValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.to_string())
+    }
+}
+
+impl PartialEq<str> for RateLimitValue {
+    fn eq(&self, other: &str) -> bool {
+        self.is(other.as_bytes())
+    }
+}
+
+impl PartialEq<&str> for RateLimitValue {
+    fn eq(&self, other: &&str) -> bool {
+        self.is(other.as_bytes())
+    }
+}
+
+impl From<RateLimitValue> for HeaderValue {
+    fn from(value: RateLimitValue) -> Self {
+        value.to_value()
+    }
+}
+
+impl From<&RateLimitValue> for HeaderValue {
+    fn from(value: &RateLimitValue) -> Self {
+        value.to_value()
     }
 }
 

@@ -758,7 +758,7 @@ impl Fields {
         Fields {
             ietf: mode
                 .ietf
-                .then(|| (values.ratelimit_policy.clone(), values.ratelimit.clone())),
+                .then(|| (values.ratelimit_policy.clone(), values.ratelimit.to_value())),
             legacy: mode.legacy.then(|| {
                 (
                     values.limit.clone(),

@@ -88,7 +88,7 @@ pub use body::RateLimitBody;
 pub use check::KeyedCheck;
 #[cfg(feature = "policy")]
 pub use edge::{DescriptorNames, DescriptorSourceError, EdgeVerdict, PolicyEdge, RequestFacts};
-pub use headers::{HeaderMode, PolicyNameError};
+pub use headers::{HeaderMode, PolicyNameError, RateLimitValue};
 pub use key::{
     ClientIp, ForwardedHeader, GlobalKey, HeaderKey, IpGrouping, KeyError, KeyExtractor, KeyFn,
     PeerIp, RequestHead,

@@ -16,15 +16,17 @@ use tollgate_core::{Decision, Quota};
 use tollgate_policy::Policy;
 use tollgate_policy::PolicyDecision;
 
-use crate::headers::{self, PolicyHeaders};
+use crate::headers::{self, PolicyHeaders, RateLimitValue};
 
 /// The fields one decision's response carries.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FieldValues {
     /// `RateLimit-Policy: "rule";q=..;w=..` for the deciding rule and the key's quota.
     pub ratelimit_policy: HeaderValue,
-    /// `RateLimit: "rule";r=..;t=..` (see [`crate::headers`] for `r` and `t`).
-    pub ratelimit: HeaderValue,
+    /// `RateLimit: "rule";r=..;t=..` (see [`crate::headers`] for `r` and `t`), written into a
+    /// header value only when a response carries it (`HeaderValue::from`), so that a decision
+    /// allocates nothing.
+    pub ratelimit: RateLimitValue,
     /// `Retry-After` in whole seconds, rounded up and never 0: on denials only.
     pub retry_after: Option<HeaderValue>,
     /// `q` of `RateLimit-Policy`, for `X-RateLimit-Limit`.
@@ -137,7 +139,7 @@ impl PolicyFields {
         let made = self.headers(rule, quota)?;
         Some(FieldValues {
             ratelimit_policy: made.policy.clone(),
-            ratelimit: made.ratelimit(r, t),
+            ratelimit: made.ratelimit_value(r, t),
             retry_after: retry_after.map(headers::number),
             limit: made.limit.clone(),
             service_limit: (r, t),

@@ -195,8 +195,8 @@ pub enum Mode {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Storage {
-    /// One exact 16-byte slot (a one-key `KeyedLimiter` table, so that a reload carries its state over
-    /// exactly as a keyed rule's: the slot's tier says which quota wrote it).
+    /// One exact atomic word (a reload hands its state over, carried as-is in units, in one
+    /// compare-and-swap that retires the old word).
     #[default]
     Atomic,
     /// `StripedLimiter`: per-core leases of one GCRA quota, for many threads on one hot cap.

@@ -15,14 +15,14 @@
 use std::time::Duration;
 
 use smallvec::SmallVec;
-use tollgate_core::{CheckError, Decision, Nanos};
+use tollgate_core::{CheckError, Decision, Nanos, Quota};
 
 use crate::policy::{Descriptors, PolicyDecision, PolicyError, RuleOutcome};
 use crate::rules::{KeyBuf, Rule, RuleSet, Values};
 use crate::stats::Outcome;
 #[cfg(feature = "redis")]
 use crate::store::AsyncStore;
-use crate::store::{RuleKey, Store};
+use crate::store::{RuleKey, Store, next_unit};
 
 /// A decision with the `RateLimit` field's `t` when asked for.
 pub(crate) type Decided = (PolicyDecision, Option<Duration>);
@@ -31,8 +31,10 @@ pub(crate) type Decided = (PolicyDecision, Option<Duration>);
 struct Tally<R> {
     /// Rules that admitted (with what their refund needs), to give back on a denial.
     admitted: SmallVec<[(usize, R); 8]>,
-    denied: Option<(usize, Decision)>,
-    tightest: Option<(usize, Decision)>,
+    /// The denying rule with the longest wait, its decision and its quota for this key.
+    denied: Option<(usize, Decision, Quota)>,
+    /// The admitting enforcing rule with the fewest units left, as `denied`.
+    tightest: Option<(usize, Decision, Quota)>,
     delay: Duration,
     shadow_denied: bool,
 }
@@ -96,7 +98,7 @@ impl<R: Copy> Tally<R> {
                 rule: rule.name,
                 enforced,
                 decision,
-                quota: shown_quota(rule, at),
+                quota: shown_quota(rule, at.quota),
             });
         }
         if set.metrics {
@@ -108,22 +110,22 @@ impl<R: Copy> Tally<R> {
             }
             if enforced {
                 self.delay = self.delay.max(wait);
-                let tighter = self.tightest.is_none_or(|(_, best)| {
+                let tighter = self.tightest.is_none_or(|(_, best, _)| {
                     (
                         decision.remaining(),
                         std::cmp::Reverse(decision.reset_after()),
                     ) < (best.remaining(), std::cmp::Reverse(best.reset_after()))
                 });
                 if tighter {
-                    self.tightest = Some((i, decision));
+                    self.tightest = Some((i, decision, at.quota));
                 }
             }
         } else if enforced {
             let longer = self
                 .denied
-                .is_none_or(|(_, worst)| decision.retry_after() > worst.retry_after());
+                .is_none_or(|(_, worst, _)| decision.retry_after() > worst.retry_after());
             if longer {
-                self.denied = Some((i, decision));
+                self.denied = Some((i, decision, at.quota));
             }
         } else {
             self.shadow_denied = true;
@@ -131,12 +133,11 @@ impl<R: Copy> Tally<R> {
         Ok(())
     }
 
-    /// The deciding rule (if any), the decision, the delay and whether the admissions must be
-    /// given back.
-    fn finish(&self) -> (Option<usize>, Decision, Duration) {
+    /// The deciding rule (if any) with its quota for this key, the decision and the delay.
+    fn finish(&self) -> Finished {
         match (self.denied, self.tightest) {
-            (Some((i, decision)), _) => (Some(i), decision, Duration::ZERO),
-            (None, Some((i, decision))) => (Some(i), decision, self.delay),
+            (Some((i, decision, quota)), _) => (Some((i, quota)), decision, Duration::ZERO),
+            (None, Some((i, decision, quota))) => (Some((i, quota)), decision, self.delay),
             (None, None) => (
                 None,
                 Decision::Allowed {
@@ -149,12 +150,15 @@ impl<R: Copy> Tally<R> {
     }
 }
 
-/// The quota a rule shows for this key (a delayed rule shows its configured burst).
-fn shown_quota(rule: &Rule, at: &RuleKey<'_>) -> tollgate_core::Quota {
+/// A finished tally: the deciding rule with its quota for the key, the decision, the delay.
+type Finished = (Option<(usize, Quota)>, Decision, Duration);
+
+/// The quota a rule shows for a key limited by `quota` (a delayed rule shows its configured burst).
+fn shown_quota(rule: &Rule, quota: Quota) -> Quota {
     if rule.delay.is_some() {
         rule.shown
     } else {
-        at.quota
+        quota
     }
 }
 
@@ -186,15 +190,15 @@ fn rule_key<'a>(
     })
 }
 
+#[inline]
 fn answer(
     set: &RuleSet,
-    tally_result: (Option<usize>, Decision, Duration),
-    at: Option<RuleKey<'_>>,
+    finished: Finished,
     shadow_denied: bool,
     next: Option<Duration>,
 ) -> Decided {
-    let (deciding, decision, delay) = tally_result;
-    let rule = deciding.map(|i| &set.rules[i]);
+    let (deciding, decision, delay) = finished;
+    let rule = deciding.map(|(i, quota)| (&set.rules[i], quota));
     let next = match decision {
         Decision::Denied { retry_after, .. } if rule.is_some() => Some(retry_after),
         _ => next,
@@ -202,8 +206,8 @@ fn answer(
     (
         PolicyDecision {
             decision,
-            rule: rule.map(|r| r.name),
-            quota: rule.zip(at.as_ref()).map(|(r, at)| shown_quota(r, at)),
+            rule: rule.map(|(r, _)| r.name),
+            quota: rule.map(|(r, quota)| shown_quota(r, quota)),
             delay,
             shadow_denied,
         },
@@ -225,7 +229,8 @@ pub(crate) fn decide<S: Store>(
     want_next: bool,
 ) -> Result<Decided, PolicyError> {
     let values = set.resolve(descriptors);
-    let (tally, error) = pass(set, store, &values, dry, now, cost, outcomes);
+    let mut tally = Tally::new();
+    let error = pass(set, store, &values, dry, now, cost, outcomes, &mut tally);
     if error.is_some() || tally.denying() {
         refund(set, store, &values, &tally.admitted, now, cost);
     }
@@ -250,7 +255,8 @@ pub(crate) fn decide_all<S: Store>(
         .iter()
         .map(|&(descriptors, cost)| {
             let values = set.resolve(descriptors);
-            let (tally, error) = pass(set, store, &values, dry, now, cost, None);
+            let mut tally = Tally::new();
+            let error = pass(set, store, &values, dry, now, cost, None, &mut tally);
             (values, tally, error, cost)
         })
         .collect();
@@ -271,8 +277,8 @@ pub(crate) fn decide_all<S: Store>(
         .collect()
 }
 
-/// One request's pass over the rules: every applicable rule checked (peeked after an enforcing
-/// denial), or the error that stopped it. Nothing is given back here.
+/// One request's pass over the rules into `tally`: every applicable rule checked (peeked after an
+/// enforcing denial), or the error that stopped it. Nothing is given back here.
 #[allow(clippy::too_many_arguments)]
 #[inline]
 fn pass<S: Store>(
@@ -283,8 +289,8 @@ fn pass<S: Store>(
     now: Nanos,
     cost: u64,
     mut outcomes: Option<&mut Vec<RuleOutcome>>,
-) -> (Tally<S::Receipt>, Option<PolicyError>) {
-    let mut tally: Tally<S::Receipt> = Tally::new();
+    tally: &mut Tally<S::Receipt>,
+) -> Option<PolicyError> {
     for i in 0..set.rules.len() {
         let mut buf = KeyBuf::new();
         let Some(at) = rule_key(set, i, values, &mut buf) else {
@@ -300,13 +306,15 @@ fn pass<S: Store>(
         };
         let recorded = tally.record(set, i, &at, enforced, cost, result, outcomes.as_deref_mut());
         if let Err(error) = recorded {
-            return (tally, Some(error));
+            return Some(error);
         }
     }
-    (tally, None)
+    None
 }
 
-/// The answer of a finished pass, with the `RateLimit` field's `t` when asked for.
+/// The answer of a finished pass, with the `RateLimit` field's `t` when asked for: worked out
+/// from the admission (no second look at the state, no key rebuilt) except for a sliding window,
+/// whose next unit the store looks up.
 #[inline]
 fn conclude<S: Store>(
     set: &RuleSet,
@@ -317,15 +325,20 @@ fn conclude<S: Store>(
     want_next: bool,
 ) -> Decided {
     let finished = tally.finish();
-    let mut buf = KeyBuf::new();
-    let at = finished.0.and_then(|i| rule_key(set, i, values, &mut buf));
-    let next = match (&at, finished.1) {
-        (Some(at), decision @ Decision::Allowed { .. }) if want_next => {
-            store.next_unit(at, now, &decision)
+    let next = match finished {
+        (Some((i, quota)), decision @ Decision::Allowed { .. }, _) if want_next => {
+            match next_unit(set.rules[i].algorithm, &quota, &decision) {
+                Some(known) => known,
+                None => {
+                    let mut buf = KeyBuf::new();
+                    rule_key(set, i, values, &mut buf)
+                        .and_then(|at| store.next_unit(&at, now, &decision))
+                }
+            }
         }
         _ => None,
     };
-    answer(set, finished, at, tally.shadow_denied, next)
+    answer(set, finished, tally.shadow_denied, next)
 }
 
 fn refund<S: Store>(
@@ -523,13 +536,14 @@ fn conclude_async<S: AsyncStore>(
     tally: &Tally<S::Receipt>,
 ) -> Decided {
     let finished = tally.finish();
-    let mut buf = KeyBuf::new();
-    let at = finished.0.and_then(|i| rule_key(set, i, values, &mut buf));
-    let next = match (&at, finished.1) {
-        (Some(at), decision @ Decision::Allowed { .. }) => store.next_unit(at, &decision),
+    let next = match finished {
+        (Some((i, _)), decision @ Decision::Allowed { .. }, _) => {
+            let mut buf = KeyBuf::new();
+            rule_key(set, i, values, &mut buf).and_then(|at| store.next_unit(&at, &decision))
+        }
         _ => None,
     };
-    answer(set, finished, at, tally.shadow_denied, next)
+    answer(set, finished, tally.shadow_denied, next)
 }
 
 #[cfg(feature = "redis")]

@@ -4,7 +4,7 @@
 //! A [`Policy`] holds rules. Each rule matches requests by their descriptors (`remote_address`,
 //! `route`, `method`, `api_key`, ...: exact, prefix or any value), keys its limit by some of them
 //! (none: one global limit), and runs one of the core algorithms on a `KeyedLimiter` (keyed rules,
-//! bounded memory), a one-key table (an exact global rule) or a `StripedLimiter` (a hot global
+//! bounded memory), one atomic word (an exact global rule) or a `StripedLimiter` (a hot global
 //! rule). [`Policy::check`] decides every applicable rule at one clock reading and returns one
 //! [`PolicyDecision`]: admitted only if every enforcing rule admits; when one denies, every rule
 //! that admitted the request gets its units back, so a denied request consumes nothing anywhere.

@@ -3,14 +3,16 @@
 
 use std::sync::{Arc, OnceLock};
 
+use crossbeam_utils::CachePadded;
 use tollgate_core::{
     Algorithm, CheckError, Clock, Decision, FixedWindow, Gcra, LeakyBucket, Limiter, Nanos, Quota,
     SlidingWindow,
 };
-use tollgate_sharded::{KeyedError, KeyedLimiter, MIN_WINDOW};
+use tollgate_sharded::{KeyedError, KeyedLimiter};
 use tollgate_striped::{LeaseReceipt, StripedConfig, StripedLimiter};
 
 use crate::config::{AlgorithmKind, ConfigErrorKind, Storage};
+use crate::sync::{AtomicU64, Ordering, fence};
 
 /// What a refund needs besides the key: where a striped admission's units came from (the lease,
 /// and how many successors along a chain of reloads decided it: 0 for the limiter itself).
@@ -76,9 +78,9 @@ pub(crate) trait RuleLimiter: Send + Sync {
     fn take_over(&self, _tat: Nanos, _quota: Quota, _at: Nanos) {}
 }
 
-/// A keyed rule, or a global rule on `atomic` storage: a table of one key (the empty one), so that
-/// both change their quota the same way (`KeyedLimiter::set_default`: each key's state carried over
-/// as-is in units, exact under concurrent decisions, since the slot's tier says which quota wrote it).
+/// A keyed rule: a bounded table, whose quota changes in place (`KeyedLimiter::set_default`: each
+/// key's state carried over as-is in units, exact under concurrent decisions, since the slot's tier
+/// says which quota wrote it).
 struct Keyed<A, C> {
     limiter: KeyedLimiter<[u8], A, C>,
 }
@@ -128,6 +130,170 @@ impl<A: Algorithm, C: Clock> RuleLimiter for Keyed<A, C> {
     }
     fn check_override_quotas(&self, quotas: &[Quota]) -> Result<(), KeyedError> {
         self.limiter.check_override_quotas(quotas)
+    }
+}
+
+/// The word of a [`Global`] limiter that a reload replaced: it holds no state any more, and every
+/// decision, peek or refund that reads it goes to the successor. No algorithm state is ever stored
+/// as this value: an admission that would write it is denied instead (an algorithm could only
+/// produce it within one burst or window of the end of the clock's 584 years).
+const RETIRED: u64 = u64::MAX;
+
+/// A global rule on `atomic` storage: the algorithm on one cache-padded word (one load and, when
+/// admitting, one 64-bit compare-and-swap per decision).
+///
+/// A quota change builds a new one and, at the commit, [`hand_over`](RuleLimiter::hand_over)
+/// retires this one: in one compare-and-swap its word becomes [`RETIRED`], after the successor was
+/// given this word's state carried over as-is in units ([`Algorithm::carry_over`]). So every
+/// admission made here either landed before the retire (and is in the carried state) or failed its
+/// exchange and is decided again by the successor: the reload is exact under concurrent decisions,
+/// and a decision still running on the retired limiter is neither over-admitted nor denied for it.
+///
+/// # Ordering
+/// Decisions, peeks and refunds use `Relaxed`, as `tollgate_core::AtomicState` argues: the word
+/// publishes nothing but itself. The one exception is the retire: the successor's word and the
+/// `successor` cell are written before the `Release` exchange that stores [`RETIRED`], and a thread
+/// that reads [`RETIRED`] (a load or a failed exchange) issues an `Acquire` fence before it looks at
+/// the successor, so it finds both (loom-tests/tests/policy.rs: `a_global_rule_reloaded_*`).
+struct Global<A> {
+    word: CachePadded<AtomicU64>,
+    algorithm: A,
+    /// Set once, just before this limiter is retired.
+    successor: OnceLock<Arc<dyn RuleLimiter>>,
+}
+
+impl<A: Algorithm> Global<A> {
+    fn new(algorithm: A) -> Self {
+        Global {
+            word: CachePadded::new(AtomicU64::new(0)),
+            algorithm,
+            successor: OnceLock::new(),
+        }
+    }
+
+    /// The successor of a retired limiter (the word read was [`RETIRED`]).
+    #[inline(never)]
+    #[cold]
+    fn retired(&self) -> Option<&Arc<dyn RuleLimiter>> {
+        // Acquire: pairs with the Release exchange that stored RETIRED (`hand_over`), so the
+        // successor cell and the successor's carried word written before it are visible.
+        fence(Ordering::Acquire);
+        self.successor.get()
+    }
+}
+
+/// The answer where no state can admit: a retired word with no successor, or an admission that
+/// would store [`RETIRED`].
+fn closed() -> Decision {
+    Decision::denied(Nanos::MAX, Nanos::MAX)
+}
+
+impl<A: Algorithm> RuleLimiter for Global<A> {
+    #[inline]
+    fn check(&self, key: &[u8], now: Nanos, cost: u64) -> Result<(Decision, Receipt), CheckError> {
+        // Relaxed (load and exchange): see the type's ordering notes.
+        let mut current = self.word.load(Ordering::Relaxed);
+        loop {
+            if current == RETIRED {
+                return match self.retired() {
+                    Some(next) => next.check(key, now, cost),
+                    None => Ok((closed(), Receipt::Plain)),
+                };
+            }
+            let transition = self.algorithm.decide(current, now, cost)?;
+            let Some(next) = transition.next.filter(|&next| next != current) else {
+                return Ok((transition.decision, Receipt::Plain));
+            };
+            if next == RETIRED {
+                return Ok((closed(), Receipt::Plain));
+            }
+            match self.word.compare_exchange_weak(
+                current,
+                next,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return Ok((transition.decision, Receipt::Plain)),
+                Err(actual) => current = actual,
+            }
+        }
+    }
+    fn peek(&self, key: &[u8], now: Nanos, cost: u64) -> Result<Decision, CheckError> {
+        // Relaxed: see the type's ordering notes.
+        let current = self.word.load(Ordering::Relaxed);
+        if current == RETIRED {
+            return match self.retired() {
+                Some(next) => next.peek(key, now, cost),
+                None => Ok(closed()),
+            };
+        }
+        self.algorithm
+            .decide(current, now, cost)
+            .map(|transition| transition.decision)
+    }
+    fn refund(&self, key: &[u8], now: Nanos, cost: u64, receipt: Receipt) {
+        // Relaxed (load and exchange): see the type's ordering notes.
+        let mut current = self.word.load(Ordering::Relaxed);
+        loop {
+            if current == RETIRED {
+                // The admission is in the successor's carried state (or was made there): give it
+                // back there, in the quota in force.
+                if let Some(next) = self.retired() {
+                    next.refund(key, now, cost, receipt);
+                }
+                return;
+            }
+            let Some(next) = self
+                .algorithm
+                .refund(current, now, cost)
+                .filter(|&next| next != current && next != RETIRED)
+            else {
+                return;
+            };
+            match self.word.compare_exchange_weak(
+                current,
+                next,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return,
+                Err(actual) => current = actual,
+            }
+        }
+    }
+    fn set_quota(&self, _: Quota) -> bool {
+        false
+    }
+    fn hand_over(&self, successor: Arc<dyn RuleLimiter>, at: Nanos) {
+        // The successor is unreachable until our word reads RETIRED (and the policy publishing it
+        // comes after this returns), so it can be set here and its word written on every round.
+        let _ = self.successor.set(Arc::clone(&successor));
+        // Relaxed load: the exchange below checks it.
+        let mut current = self.word.load(Ordering::Relaxed);
+        while current != RETIRED {
+            successor.take_over(current, *self.algorithm.quota(), at);
+            // Release: publishes the successor cell and its carried word to whoever reads RETIRED
+            // (see `retired`). Failure Relaxed: we only retry with the word found.
+            match self
+                .word
+                .compare_exchange(current, RETIRED, Ordering::Release, Ordering::Relaxed)
+            {
+                Ok(_) => return,
+                Err(actual) => current = actual,
+            }
+        }
+    }
+    fn take_over(&self, word: Nanos, quota: Quota, at: Nanos) {
+        // As-is in units at `at`. This limiter is not reachable yet (see `hand_over`): a plain
+        // store sets it, published by the predecessor's Release exchange.
+        let carried = match A::from_quota(quota) {
+            Ok(from) if from.quota() == self.algorithm.quota() => word,
+            Ok(from) => from.carry_over(word, at, &self.algorithm),
+            // Unreachable (the predecessor held this quota); the strictest state is no state.
+            Err(_) => RETIRED,
+        };
+        // Relaxed: see above.
+        self.word.store(carried, Ordering::Relaxed);
     }
 }
 
@@ -234,21 +400,10 @@ pub(crate) fn build<C: Clock + Clone + 'static>(
         let limiter = builder.build().map_err(ConfigErrorKind::Keyed)?;
         Ok(Box::new(Keyed { limiter }))
     }
-    /// A global rule: a table of one key (the empty one) in one window of the smallest size.
-    fn global<A: Algorithm, C: Clock + Clone + 'static>(
-        spec: &Spec,
-        clock: &C,
-    ) -> Result<Box<dyn RuleLimiter>, ConfigErrorKind> {
-        let limiter = KeyedLimiter::<[u8], A, C>::builder_with_clock(spec.quota, 1, clock.clone())
-            .stripes(1)
-            .window(MIN_WINDOW)
-            .hasher_seed(0)
-            .build()
-            .map_err(|e| match e {
-                KeyedError::Quota(e) => ConfigErrorKind::Quota(e),
-                e => ConfigErrorKind::Keyed(e),
-            })?;
-        Ok(Box::new(Keyed { limiter }))
+    /// A global rule on one atomic word.
+    fn global<A: Algorithm>(spec: &Spec) -> Result<Box<dyn RuleLimiter>, ConfigErrorKind> {
+        let algorithm = A::from_quota(spec.quota).map_err(ConfigErrorKind::Quota)?;
+        Ok(Box::new(Global::new(algorithm)))
     }
     match (spec.capacity, spec.storage) {
         (Some(capacity), _) => match spec.algorithm {
@@ -270,10 +425,10 @@ pub(crate) fn build<C: Clock + Clone + 'static>(
             }))
         }
         (None, Storage::Atomic) => match spec.algorithm {
-            AlgorithmKind::Gcra => global::<Gcra, C>(spec, clock),
-            AlgorithmKind::LeakyBucket => global::<LeakyBucket, C>(spec, clock),
-            AlgorithmKind::FixedWindow => global::<FixedWindow, C>(spec, clock),
-            AlgorithmKind::SlidingWindow => global::<SlidingWindow, C>(spec, clock),
+            AlgorithmKind::Gcra => global::<Gcra>(spec),
+            AlgorithmKind::LeakyBucket => global::<LeakyBucket>(spec),
+            AlgorithmKind::FixedWindow => global::<FixedWindow>(spec),
+            AlgorithmKind::SlidingWindow => global::<SlidingWindow>(spec),
         },
     }
 }
@@ -292,6 +447,73 @@ mod tests {
             stripes: Some(1),
         };
         Arc::from(build(&spec, clock).unwrap())
+    }
+
+    fn atomic(limit: u64, clock: &ManualClock) -> Arc<dyn RuleLimiter> {
+        let spec = Spec {
+            algorithm: AlgorithmKind::Gcra,
+            storage: Storage::Atomic,
+            quota: Quota::per_second(limit).unwrap(),
+            capacity: None,
+            stripes: None,
+        };
+        Arc::from(build(&spec, clock).unwrap())
+    }
+
+    #[test]
+    fn a_replaced_atomic_limiter_hands_its_units_over_and_forwards_everything() {
+        let clock = ManualClock::new();
+        let (old, new) = (atomic(10, &clock), atomic(20, &clock));
+        let now = clock.now();
+        for _ in 0..4 {
+            assert!(old.check(&[], now, 1).unwrap().0.is_allowed());
+        }
+        old.hand_over(Arc::clone(&new), now);
+        // As-is: the 6 units left, whichever limiter is asked (the old one forwards), not the new
+        // burst of 20 nor 16 (in time).
+        assert_eq!(old.peek(&[], now, 6).unwrap().remaining(), 0);
+        assert!(!new.peek(&[], now, 7).unwrap().is_allowed());
+        let (decision, receipt) = old.check(&[], now, 2).unwrap();
+        assert_eq!(decision.remaining(), 4, "decided by the successor");
+        // A refund through the old limiter lands on the successor.
+        old.refund(&[], now, 2, receipt);
+        assert_eq!(new.peek(&[], now, 6).unwrap().remaining(), 0);
+        let mut admitted = 0;
+        while new.check(&[], now, 1).unwrap().0.is_allowed() {
+            admitted += 1;
+        }
+        assert_eq!(admitted, 6);
+        assert!(!old.check(&[], now, 1).unwrap().0.is_allowed());
+    }
+
+    #[test]
+    fn a_racing_atomic_hand_over_never_admits_more_than_the_old_limiter_had() {
+        for round in 0..50 {
+            let clock = ManualClock::new();
+            let (old, new) = (atomic(10, &clock), atomic(1000, &clock));
+            let now = clock.now();
+            let admitted = std::sync::atomic::AtomicU64::new(0);
+            std::thread::scope(|s| {
+                for _ in 0..3 {
+                    s.spawn(|| {
+                        for _ in 0..10 {
+                            if old.check(&[], now, 1).unwrap().0.is_allowed() {
+                                admitted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            }
+                        }
+                    });
+                }
+                s.spawn(|| old.hand_over(Arc::clone(&new), now));
+            });
+            let mut total = admitted.into_inner();
+            while new.check(&[], now, 1).unwrap().0.is_allowed() {
+                total += 1;
+            }
+            assert_eq!(
+                total, 10,
+                "round {round}: exactly the old burst, racing or not"
+            );
+        }
     }
 
     #[test]

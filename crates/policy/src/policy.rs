@@ -148,11 +148,19 @@ pub struct Policy<C = MonotonicClock> {
     pub(crate) clock: C,
     dry_run: AtomicBool,
     pub(crate) reloads: Mutex<()>,
+    /// The loom build's mirror of `current`'s publication: `arc_swap`'s own atomics are invisible
+    /// to loom, so a model thread that loaded a new rule set would not be seen to synchronise with
+    /// the reload that built it. Bumped (Release) before each store of `current`, and read with an
+    /// RMW (which reads the latest value, Acquire) after each load of it: a thread that got the
+    /// new set thereby synchronises with everything the reload did before publishing it, as
+    /// `arc_swap` guarantees outside loom.
+    #[cfg(tollgate_loom)]
+    pub(crate) published: crate::sync::AtomicU64,
 }
 
 impl<C> fmt::Debug for Policy<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let set = &self.current.load().rules;
+        let set = &self.live().rules;
         f.debug_struct("Policy")
             .field(
                 "rules",
@@ -179,6 +187,18 @@ impl Policy<MonotonicClock> {
     }
 }
 
+impl<C> Policy<C> {
+    /// The rule set in force, loaded lock-free.
+    #[inline]
+    pub(crate) fn live(&self) -> arc_swap::Guard<std::sync::Arc<Live>> {
+        let live = self.current.load();
+        // Acquire, as an RMW so that it reads the latest bump: see `published`.
+        #[cfg(tollgate_loom)]
+        self.published.fetch_add(0, Ordering::Acquire);
+        live
+    }
+}
+
 impl<C: Clock + Clone + 'static> Policy<C> {
     /// Builds the policy reading `clock` (every rule's limiter shares it).
     ///
@@ -192,6 +212,8 @@ impl<C: Clock + Clone + 'static> Policy<C> {
             clock,
             dry_run: AtomicBool::new(false),
             reloads: Mutex::new(()),
+            #[cfg(tollgate_loom)]
+            published: crate::sync::AtomicU64::new(0),
         })
     }
 
@@ -232,7 +254,7 @@ impl<C: Clock + Clone + 'static> Policy<C> {
         now: Nanos,
         cost: u64,
     ) -> Result<PolicyDecision, PolicyError> {
-        let live = self.current.load();
+        let live = self.live();
         self.decide(&live, descriptors, now, cost, None, false)
             .map(|(decided, _)| decided)
     }
@@ -272,7 +294,7 @@ impl<C: Clock + Clone + 'static> Policy<C> {
         now: Nanos,
         cost: u64,
     ) -> Result<(PolicyDecision, Option<Duration>), PolicyError> {
-        let live = self.current.load();
+        let live = self.live();
         self.decide(&live, descriptors, now, cost, None, true)
     }
 
@@ -310,7 +332,7 @@ impl<C: Clock + Clone + 'static> Policy<C> {
         requests: &[(&Descriptors<'_>, u64)],
         now: Nanos,
     ) -> Vec<Result<(PolicyDecision, Option<Duration>), PolicyError>> {
-        let live = self.current.load();
+        let live = self.live();
         // Relaxed: see `set_dry_run`.
         let dry = live.rules.dry_run || self.dry_run.load(Ordering::Relaxed);
         engine::decide_all(&live.rules, &live.store, requests, dry, now, true)
@@ -328,7 +350,7 @@ impl<C: Clock + Clone + 'static> Policy<C> {
         outcomes: &mut Vec<RuleOutcome>,
     ) -> Result<PolicyDecision, PolicyError> {
         outcomes.clear();
-        let live = self.current.load();
+        let live = self.live();
         self.decide(
             &live,
             descriptors,
@@ -352,7 +374,7 @@ impl<C: Clock + Clone + 'static> Policy<C> {
         outcomes: &mut Vec<RuleOutcome>,
     ) -> Result<PolicyDecision, PolicyError> {
         outcomes.clear();
-        let live = self.current.load();
+        let live = self.live();
         self.decide(&live, descriptors, now, cost, Some(outcomes), false)
             .map(|(decided, _)| decided)
     }
@@ -391,22 +413,22 @@ impl<C: Clock + Clone + 'static> Policy<C> {
     /// Whether decisions run dry (the switch or the config's `dry_run`).
     pub fn dry_run(&self) -> bool {
         // Relaxed: as in `set_dry_run`.
-        self.dry_run.load(Ordering::Relaxed) || self.current.load().rules.dry_run
+        self.dry_run.load(Ordering::Relaxed) || self.live().rules.dry_run
     }
 
     /// The configuration in force.
     pub fn config(&self) -> PolicyConfig {
-        self.current.load().rules.config.clone()
+        self.live().rules.config.clone()
     }
 
     /// The rule names, in evaluation order.
     pub fn rules(&self) -> Vec<&'static str> {
-        self.current.load().rules.names()
+        self.live().rules.names()
     }
 
     /// Every rule's counters now (and the overflow counts published to the `metrics` facade).
     pub fn snapshot(&self) -> PolicySnapshot {
-        let live = self.current.load();
+        let live = self.live();
         live.rules
             .snapshot(|i| live.store.limiters[i].overflow_decisions())
     }
@@ -443,7 +465,7 @@ impl<C: Clock + Clone + 'static> Policy<C> {
         now: Nanos,
         cost: u64,
     ) -> Option<Result<Decision, CheckError>> {
-        let live = self.current.load();
+        let live = self.live();
         let set = &live.rules;
         let values = set.resolve(descriptors);
         let i = set.rules.iter().position(|r| r.name == rule)?;

@@ -54,9 +54,10 @@ impl Identity {
 /// preparing and applied only by [`PreparedReload::commit`].
 #[derive(Default)]
 pub(crate) struct Effects {
-    /// Kept keyed or atomic limiters whose default quota changes.
+    /// Kept keyed limiters whose default quota changes.
     requotas: Vec<(Arc<dyn RuleLimiter>, Quota)>,
-    /// Striped rules rebuilt under a new quota, (new, old): the old one hands over to the new one.
+    /// Global rules (atomic or striped) rebuilt under a new quota, (new, old): the old one hands
+    /// over to the new one.
     takeovers: Vec<(Arc<dyn RuleLimiter>, Arc<dyn RuleLimiter>)>,
     /// Overrides to set on kept tables (their keys pinned while prepared).
     set: Vec<(Arc<dyn RuleLimiter>, String, Quota)>,
@@ -154,6 +155,11 @@ impl<C> PreparedReload<'_, C> {
         for (new, old) in &effects.takeovers {
             old.hand_over(Arc::clone(new), at);
         }
+        // Release: see `Policy::published` (the loom build only).
+        #[cfg(tollgate_loom)]
+        policy
+            .published
+            .fetch_add(1, crate::sync::Ordering::Release);
         policy.current.store(Arc::new(set));
         // Dropping `effects` takes the pins back; dropping `_serial` lets the next reload in.
         drop(effects);
@@ -178,12 +184,14 @@ impl<C: Clock + Clone + 'static> Policy<C> {
     ///   its burst gets nothing back, whichever way the quota changed. The one exception is a key
     ///   that was idle and full (a state indistinguishable from a key never seen): it gets the new
     ///   quota's whole burst, as a new key does. This holds for every algorithm (buckets and
-    ///   windows), for keyed and atomic global rules (the table's tier bits mark which quota wrote
-    ///   a word, so the carry-over is exact while decisions go on; see `tollgate-sharded`'s
-    ///   `KeyedLimiter::set_default`) and for striped global rules (the old limiter is retired and
-    ///   its shared word carried over; a decision still running on it uses what its stripes had
-    ///   leased, and beyond that is decided by the new limiter: neither over-admitted nor denied
-    ///   for the reload). Units given back by a refund that races the commit are given back in
+    ///   windows), for keyed rules (the table's tier bits mark which quota wrote a word, so the
+    ///   carry-over is exact while decisions go on; see `tollgate-sharded`'s
+    ///   `KeyedLimiter::set_default`), for atomic global rules (the old word is retired by one
+    ///   compare-and-swap that hands its state, carried over, to the new one: an admission on the
+    ///   old word either landed before and is carried, or failed its exchange and is decided by the
+    ///   new limiter) and for striped global rules (the old limiter is retired and its shared word
+    ///   carried over; a decision still running on it uses what its stripes had leased, and beyond
+    ///   that is decided by the new limiter). Neither is over-admitted nor denied for the reload. Units given back by a refund that races the commit are given back in
     ///   the quota the key is in when the refund lands.
     /// * Override changes are applied to the kept table; removed rules drop; new ones start fresh.
     /// * An invalid config is a [`ConfigError`] naming the rule and field, and the old policy stays in
@@ -285,9 +293,9 @@ impl Live {
                 Some((prev, prev_limiter)) => {
                     let limiter = if prev.quota == valid.quota {
                         Arc::clone(prev_limiter)
-                    } else if (rc.capacity, rc.storage) == (None, Storage::Striped) {
-                        // Striped: rebuilt under the new quota; at the commit it retires the old
-                        // one and carries its shared word over.
+                    } else if rc.capacity.is_none() {
+                        // A global rule (atomic or striped): rebuilt under the new quota; at the
+                        // commit it retires the old one and carries its word over.
                         let new: Arc<dyn RuleLimiter> =
                             Arc::from(limiter::build(&spec, clock).map_err(err)?);
                         effects

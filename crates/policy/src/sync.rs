@@ -8,10 +8,10 @@
 //! ordinal, and every count takes the shared read-modify-write path.
 
 #[cfg(tollgate_loom)]
-pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
 
 #[cfg(not(tollgate_loom))]
-pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
 
 /// This thread's ordinal: fixed at its first call, unique for the life of the process (handed out
 /// in order, never reused), so that a counter stripe indexed by it has exactly one writer.

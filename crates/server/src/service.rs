@@ -115,7 +115,7 @@ impl Answer {
         let mut headers = Vec::with_capacity(3);
         if let Some(f) = &verdict.fields {
             headers.push((&RATELIMIT_POLICY, f.ratelimit_policy.clone()));
-            headers.push((&RATELIMIT, f.ratelimit.clone()));
+            headers.push((&RATELIMIT, f.ratelimit.to_value()));
         }
         if let Some(secs) = verdict.retry_after {
             headers.push((&http::header::RETRY_AFTER, seconds_value(secs)));

@@ -12,7 +12,10 @@
 //! `decide` runs no server: on one thread it times each limiter's per-request work outside Pingora
 //! (the key header read from a `HeaderMap`, the decision; `policy` is `PingoraLimiter::decide`, the
 //! header values included) at 1, 10 000 and 1 000 000 keys sent round-robin, limits never reached,
-//! and prints `MICRO mode=.. keys=.. ns_per_op=..` per repetition. The `none` row is the loop itself
+//! and prints `MICRO mode=.. keys=.. ns_per_op=..` per repetition. `policy-headers` is `policy`
+//! with the `RateLimit` / `RateLimit-Policy` values then written as header values, as the
+//! response filter does (a decision keeps the `RateLimit` text as its parts since the edge stopped
+//! allocating per decision). The `none` row is the loop itself
 //! (a header insert and get per iteration): subtract it.
 //!
 //! Limiters (each keyed by the `--key-header` value, falling back to the client address):
@@ -229,9 +232,15 @@ fn upstream(args: &Args) -> Result<(), Error> {
 #[allow(clippy::large_enum_variant)]
 enum Mode {
     None,
-    PingoraLimits { rate: Rate, limit: isize },
+    PingoraLimits {
+        rate: Rate,
+        limit: isize,
+    },
     Keyed(KeyedLimiter<str, Gcra>),
     Policy(PingoraLimiter),
+    /// `decide` only: `policy`, then both field values written as header values (what
+    /// `response_filter` adds to an admitted response).
+    PolicyHeaders(PingoraLimiter),
 }
 
 struct BenchProxy {
@@ -329,7 +338,9 @@ impl ProxyHttp for BenchProxy {
                     Err(_) => deny(session, &[]).await,
                 }
             }
-            Mode::Policy(limiter) => limiter.request_filter(session, ctx).await,
+            Mode::Policy(limiter) | Mode::PolicyHeaders(limiter) => {
+                limiter.request_filter(session, ctx).await
+            }
         }
     }
 
@@ -340,7 +351,9 @@ impl ProxyHttp for BenchProxy {
         ctx: &mut LimitCtx,
     ) -> pingora_core::Result<()> {
         match &self.mode {
-            Mode::Policy(limiter) => limiter.response_filter(upstream_response, ctx),
+            Mode::Policy(limiter) | Mode::PolicyHeaders(limiter) => {
+                limiter.response_filter(upstream_response, ctx)
+            }
             _ => Ok(()),
         }
     }
@@ -385,12 +398,16 @@ fn build_mode(args: &Args) -> Result<Mode, Error> {
             Quota::per_second(args.limit)?,
             args.capacity,
         )?),
-        "policy" => {
+        "policy" | "policy-headers" => {
             let toml = policy_toml(args.limit, args.wide_limit, args.capacity);
             let policy = Arc::new(Policy::new(PolicyConfig::from_toml(&toml)?)?);
             let limiter = PingoraLimiter::new(policy, ClientIp::trusting([]))
                 .descriptor_header(args.key_header.clone(), "client_key")?;
-            Mode::Policy(limiter)
+            if args.limiter == "policy" {
+                Mode::Policy(limiter)
+            } else {
+                Mode::PolicyHeaders(limiter)
+            }
         }
         other => return Err(format!("unknown limiter {other}").into()),
     })
@@ -443,6 +460,14 @@ fn decide_one(
         Mode::PingoraLimits { rate, limit } => rate.observe(&key(), 1) <= *limit,
         Mode::Keyed(limiter) => limiter.check_key(key(), 1).is_ok_and(|d| d.is_allowed()),
         Mode::Policy(limiter) => limiter.decide(Some(peer), "GET", "/", headers).allowed,
+        Mode::PolicyHeaders(limiter) => {
+            let verdict = limiter.decide(Some(peer), "GET", "/", headers);
+            let written = verdict
+                .fields
+                .map(|f| (f.ratelimit_policy, http::HeaderValue::from(f.ratelimit)));
+            std::hint::black_box(written);
+            verdict.allowed
+        }
     }
 }
 
@@ -453,7 +478,13 @@ fn micro(args: &Args) -> Result<(), Error> {
             .map(|i| http::HeaderValue::try_from(format!("k{i}")))
             .collect::<Result<Vec<_>, _>>()?;
         for rep in 0..3 {
-            for limiter in ["none", "pingora-limits", "keyed", "policy"] {
+            for limiter in [
+                "none",
+                "pingora-limits",
+                "keyed",
+                "policy",
+                "policy-headers",
+            ] {
                 if !args.modes.is_empty() && !args.modes.iter().any(|m| m == limiter) {
                     continue;
                 }
