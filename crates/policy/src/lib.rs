@@ -55,6 +55,7 @@ mod policy;
 mod redis_store;
 mod reload;
 mod rules;
+mod settle;
 mod stats;
 mod store;
 mod sync;
@@ -68,4 +69,5 @@ pub use policy::{Descriptors, Policy, PolicyDecision, PolicyError, RuleOutcome};
 #[cfg(feature = "redis")]
 pub use redis_store::{RedisPolicy, RedisSettings};
 pub use reload::{PreparedReload, ReloadReport};
+pub use settle::{Reservation, Reserved, Settlement};
 pub use stats::{PolicySnapshot, RuleStats};

@@ -146,7 +146,7 @@ impl std::error::Error for PolicyError {}
 pub struct Policy<C = MonotonicClock> {
     pub(crate) current: ArcSwap<Live>,
     pub(crate) clock: C,
-    dry_run: AtomicBool,
+    pub(crate) dry_run: AtomicBool,
     pub(crate) reloads: Mutex<()>,
 }
 
