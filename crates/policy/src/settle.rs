@@ -86,7 +86,10 @@ struct Taken {
 pub struct Reservation {
     live: Arc<Live>,
     at: Nanos,
-    estimate: u64,
+    /// Units held: the estimate, plus extensions.
+    held: u64,
+    /// The estimate as first reserved.
+    reserved: u64,
     taken: SmallVec<[Taken; 2]>,
 }
 
@@ -110,7 +113,7 @@ pub struct Reserved {
 /// What a settlement did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Settlement {
-    /// The estimate reserved.
+    /// The units held when settled (the estimate plus any extension).
     pub estimate: u64,
     /// The actual cost settled.
     pub actual: u64,
@@ -122,9 +125,9 @@ pub struct Settlement {
 }
 
 impl Reservation {
-    /// The estimate reserved.
+    /// The estimate first reserved.
     pub fn estimate(&self) -> u64 {
-        self.estimate
+        self.reserved
     }
 
     /// When it was reserved (the policy clock's nanoseconds).
@@ -137,13 +140,69 @@ impl Reservation {
         self.taken.len()
     }
 
+    /// Units held now: the estimate plus what [`extend_at`](Self::extend_at) added.
+    pub fn held(&self) -> u64 {
+        self.held
+    }
+
+    /// Takes `more` units on top of what is held, at `now`, in every rule that took the estimate
+    /// (for a response that turns out longer than estimated, while it streams): one decision over
+    /// those rules and keys, atomic as a check is (a denial in any gives back what the others
+    /// admitted). `Ok(true)`: held, settled with the rest. `Ok(false)`: the key's budget is spent
+    /// (nothing taken). A rule that can never admit `more` at once is an error (nothing taken).
+    ///
+    /// # Errors
+    /// [`CheckError::CostExceedsCapacity`] when a rule's quota can never admit `more` at once.
+    pub fn extend_at(&mut self, now: Nanos, more: u64) -> Result<bool, CheckError> {
+        if more == 0 {
+            return Ok(true);
+        }
+        let store = &self.live.store;
+        let mut admitted: SmallVec<[(usize, Receipt); 2]> = SmallVec::new();
+        let mut outcome = Ok(true);
+        for (i, taken) in self.taken.iter().enumerate() {
+            match store.limiters[taken.index].check(&taken.key, now, more) {
+                Ok((decision, receipt)) if decision.is_allowed() => admitted.push((i, receipt)),
+                Ok(_) => {
+                    outcome = Ok(false);
+                    break;
+                }
+                Err(error) => {
+                    outcome = Err(error);
+                    break;
+                }
+            }
+        }
+        if outcome != Ok(true) {
+            for (i, receipt) in admitted {
+                let taken = &self.taken[i];
+                store.limiters[taken.index].refund(&taken.key, now, more, receipt);
+            }
+            return outcome;
+        }
+        // The bucket segment now ends where the extension left it.
+        for taken in &mut self.taken {
+            if matches!(
+                taken.algorithm,
+                AlgorithmKind::Gcra | AlgorithmKind::LeakyBucket
+            ) {
+                taken.end = taken
+                    .end
+                    .max(now)
+                    .saturating_add(more.saturating_mul(taken.interval));
+            }
+        }
+        self.held += more;
+        Ok(true)
+    }
+
     /// Brings every rule that took the estimate to `actual` units at `now`: gives the surplus back
     /// or charges the difference (see the [module docs](self)). Consumes the reservation: a second
     /// settlement cannot be written.
     pub fn settle_at(self, now: Nanos, actual: u64) -> Settlement {
         let store = &self.live.store;
-        if actual < self.estimate {
-            let surplus = self.estimate - actual;
+        if actual < self.held {
+            let surplus = self.held - actual;
             for taken in &self.taken {
                 let back = match (taken.algorithm, taken.receipt) {
                     // Only the part of the segment still ahead of `now`: units whose time has
@@ -152,6 +211,8 @@ impl Reservation {
                         let ahead = taken.end.saturating_sub(now) / taken.interval.max(1);
                         surplus.min(ahead)
                     }
+                    // A striped receipt names where the first units came from: no more than those.
+                    (_, Receipt::Striped { .. }) => surplus.min(self.reserved),
                     _ => surplus,
                 };
                 if back > 0 {
@@ -159,14 +220,14 @@ impl Reservation {
                     store.limiters[taken.index].refund(&taken.key, self.at, back, taken.receipt);
                 }
             }
-        } else if actual > self.estimate {
-            let owed = actual - self.estimate;
+        } else if actual > self.held {
+            let owed = actual - self.held;
             for taken in &self.taken {
                 store.limiters[taken.index].charge(&taken.key, now, owed);
             }
         }
         Settlement {
-            estimate: self.estimate,
+            estimate: self.held,
             actual,
             rules: self.taken.len(),
             stale: 0,
@@ -307,7 +368,8 @@ impl<C: Clock + Clone + 'static> Policy<C> {
             reservation: Some(Reservation {
                 live,
                 at: now,
-                estimate,
+                held: estimate,
+                reserved: estimate,
                 taken,
             }),
         })
