@@ -116,6 +116,24 @@ impl AtomicState {
         }
     }
 
+    /// Counts `cost` units at `now` without a decision (see [`Algorithm::charge`]: a settlement's
+    /// overdraft), through the same CAS loop as [`apply`](Self::apply). Returns whether a word was
+    /// written.
+    #[inline]
+    pub fn charge<A: Algorithm>(&self, algorithm: &A, now: Nanos, cost: u64) -> bool {
+        let result: Result<(bool, u64), std::convert::Infallible> =
+            self.update(self.load(), |word| {
+                let next = algorithm
+                    .charge(word, now, cost)
+                    .filter(|&next| next != word);
+                Ok((next.is_some(), next))
+            });
+        match result {
+            Ok((written, _)) => written,
+            Err(never) => match never {},
+        }
+    }
+
     /// What [`apply`](Self::apply) would decide, without writing.
     ///
     /// # Errors

@@ -377,6 +377,9 @@ impl Algorithm for NoRefund {
     fn is_fresh(&self, state: u64, now: Nanos) -> bool {
         self.0.is_fresh(state, now)
     }
+    fn charge(&self, state: u64, now: Nanos, cost: u64) -> Option<u64> {
+        self.0.charge(state, now, cost)
+    }
 }
 
 #[test]

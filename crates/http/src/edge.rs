@@ -470,6 +470,11 @@ impl<C: Clock + Clone + 'static> PolicyEdge<C> {
         (&mut self.client_ip, &mut self.names)
     }
 
+    /// The field values' renderer (the settle layer renders a reservation's verdict with it).
+    pub(crate) fn fields(&self) -> &PolicyFields {
+        &self.fields
+    }
+
     /// The policy.
     pub fn policy(&self) -> &Arc<Policy<C>> {
         &self.policy

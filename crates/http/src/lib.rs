@@ -79,6 +79,8 @@ mod policy_layer;
 mod redis;
 #[cfg(all(feature = "redis", feature = "policy"))]
 mod redis_edge;
+#[cfg(feature = "policy")]
+mod settle_layer;
 
 pub use async_layer::{
     AsyncKeyedCheck, AsyncKeyedDecider, AsyncRateLimit, AsyncRateLimitLayer,
@@ -104,3 +106,8 @@ pub use policy_fields::{FieldValues, PolicyFields};
 pub use policy_layer::{EdgeDescriptors, PolicyLayer, PolicyLayerBuilder, PolicyRateLimit};
 #[cfg(all(feature = "redis", feature = "policy"))]
 pub use redis_edge::{RedisPolicyEdge, RedisPolicyLayer};
+#[cfg(feature = "policy")]
+pub use settle_layer::{
+    ActualCost, ByteMeter, CostMeter, SettleBody, SettleFuture, SettleLayer, SettleLayerBuilder,
+    SettleService, Settled, SseMeter, Usage,
+};

@@ -58,6 +58,7 @@ mod priority;
 mod redis_store;
 mod reload;
 mod rules;
+mod settle;
 mod stats;
 mod store;
 mod sync;
@@ -72,4 +73,5 @@ pub use priority::{PriorityConfig, PriorityError};
 #[cfg(feature = "redis")]
 pub use redis_store::{RedisPolicy, RedisSettings};
 pub use reload::{PreparedReload, ReloadReport};
+pub use settle::{Reservation, Reserved, Settlement};
 pub use stats::{PolicySnapshot, RuleStats};

@@ -44,6 +44,9 @@ pub(crate) trait RuleLimiter: Send + Sync {
     }
     fn peek(&self, key: &[u8], now: Nanos, cost: u64) -> Result<Decision, CheckError>;
     fn refund(&self, key: &[u8], now: Nanos, cost: u64, receipt: Receipt);
+    /// Counts `cost` units for `key` at `now` without a decision (a settlement's overdraft: see
+    /// `Algorithm::charge`).
+    fn charge(&self, key: &[u8], now: Nanos, cost: u64);
     /// Decisions made by a keyed table's shared overflow states.
     fn overflow_decisions(&self) -> u64 {
         0
@@ -109,6 +112,9 @@ impl<A: Algorithm, C: Clock> RuleLimiter for Keyed<A, C> {
     }
     fn refund(&self, key: &[u8], now: Nanos, cost: u64, _: Receipt) {
         self.limiter.refund_key_at(key, now, cost);
+    }
+    fn charge(&self, key: &[u8], now: Nanos, cost: u64) {
+        self.limiter.charge_key_at(key, now, cost);
     }
     fn overflow_decisions(&self) -> u64 {
         self.limiter.overflow_decisions() as u64
@@ -348,6 +354,15 @@ impl<C: Clock> RuleLimiter for Striped<C> {
                 }
             }
             Receipt::Plain => {}
+        }
+    }
+    fn charge(&self, key: &[u8], now: Nanos, cost: u64) {
+        match self.successor.get() {
+            // Retired: the quota lives in the successor now.
+            Some(next) => next.charge(key, now, cost),
+            None => {
+                self.limiter.charge_at(now, cost);
+            }
         }
     }
     fn set_quota(&self, _: Quota) -> bool {

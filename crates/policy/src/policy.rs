@@ -146,7 +146,7 @@ impl std::error::Error for PolicyError {}
 pub struct Policy<C = MonotonicClock> {
     pub(crate) current: ArcSwap<Live>,
     pub(crate) clock: C,
-    dry_run: AtomicBool,
+    pub(crate) dry_run: AtomicBool,
     pub(crate) reloads: Mutex<()>,
     /// The loom build's mirror of `current`'s publication: `arc_swap`'s own atomics are invisible
     /// to loom, so a model thread that loaded a new rule set would not be seen to synchronise with

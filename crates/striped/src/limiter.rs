@@ -709,6 +709,28 @@ impl<C: Clock> StripedLimiter<C> {
         }
     }
 
+    /// Counts `cost` units at `now` without a decision (see [`Algorithm::charge`]: a settlement's
+    /// overdraft): the shared TAT moves `cost × T` past `max(TAT, now)`, past the bucket's depth if
+    /// need be, so every stripe's next lease waits for the debt to refill. Units the stripes'
+    /// leases already hold are theirs to use (they were granted before the debt). Returns whether
+    /// the shared word changed (`false` for a cost of 0).
+    ///
+    /// ```
+    /// use tollgate_core::{Limiter, ManualClock, Quota};
+    /// use tollgate_striped::{StripedConfig, StripedLimiter};
+    /// let limiter = StripedLimiter::with_config(
+    ///     Quota::per_second(1)?.with_burst(4)?,
+    ///     StripedConfig::default().stripes(1),
+    ///     ManualClock::new(),
+    /// )?;
+    /// assert!(limiter.charge_at(0, 6)); // 2 units beyond the burst
+    /// assert_eq!(limiter.check_at(0, 1)?.retry_after(), Some(std::time::Duration::from_secs(3)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn charge_at(&self, now: Nanos, cost: u64) -> bool {
+        self.shared.charge(&self.gcra, now, cost)
+    }
+
     /// An admission with `lease_left` units left in the stripe's lease, `shared_free` units free in
     /// the shared state when last looked at, and `tat` the latest shared TAT the stripe knows of.
     #[inline]

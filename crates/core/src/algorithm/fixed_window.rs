@@ -150,6 +150,25 @@ impl Algorithm for FixedWindow {
         state.count == 0 || now / self.params.window > state.index
     }
 
+    /// Adds `cost` to `now`'s window count, beyond the limit if need be (capped at what the layout
+    /// holds, [`FixedLayout::max_count`]); a clock gone backwards counts into the stored window, as
+    /// a decision does. The next window starts from zero: a fixed window carries no debt over.
+    #[inline]
+    fn charge(&self, word: u64, now: Nanos, cost: u64) -> Option<u64> {
+        if cost == 0 {
+            return None;
+        }
+        let state = self.layout.unpack(word);
+        let now_index = now / self.params.window;
+        let (index, count) = if now_index > state.index {
+            (now_index, 0)
+        } else {
+            (state.index, state.count)
+        };
+        let count = count.saturating_add(cost).min(self.layout.max_count());
+        Some(self.layout.pack(FixedState { index, count }))
+    }
+
     /// Takes `cost` off the count when the stored window is `now`'s window (where the admission
     /// counted it). A later stored window means the count it was in has already reset: nothing to
     /// undo, which is exact. An earlier or clock-gone-backwards window is ambiguous, so nothing is

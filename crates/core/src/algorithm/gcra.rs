@@ -123,6 +123,17 @@ impl Timeline {
         (cost > 0 && tat > 0).then(|| tat.saturating_sub(back))
     }
 
+    /// `max(tat, now) + cost × T`, saturating at the end of the clock's range: `cost` units counted
+    /// at `now` with no depth check (see [`Algorithm::charge`](crate::Algorithm::charge)). `None` for
+    /// a cost of 0. A TAT beyond `now + D` is debt: the next unit fits at `TAT + T − D`.
+    #[inline]
+    pub fn charge(&self, tat: Nanos, now: Nanos, cost: u64) -> Option<Nanos> {
+        (cost > 0).then(|| {
+            tat.max(now)
+                .saturating_add(cost.saturating_mul(self.interval))
+        })
+    }
+
     /// The decision for a step at `now`: allowed with the tokens left, or denied until `allow_at`.
     #[inline]
     pub fn transition(&self, tat: Nanos, now: Nanos, cost: u64) -> Transition {
@@ -234,5 +245,12 @@ impl Algorithm for Gcra {
     #[inline]
     fn refund(&self, tat: u64, _now: Nanos, cost: u64) -> Option<u64> {
         self.params.refund(tat, cost)
+    }
+
+    /// `max(TAT, now) + cost × T` ([`Timeline::charge`]): the bucket goes `cost` units further, past
+    /// its depth if need be (debt).
+    #[inline]
+    fn charge(&self, tat: u64, now: Nanos, cost: u64) -> Option<u64> {
+        self.params.charge(tat, now, cost)
     }
 }

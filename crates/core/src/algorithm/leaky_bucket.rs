@@ -65,4 +65,11 @@ impl Algorithm for LeakyBucket {
     fn refund(&self, empty_at: u64, now: Nanos, cost: u64) -> Option<u64> {
         self.0.refund(empty_at, now, cost)
     }
+
+    /// Pours `cost` units in whatever the level (GCRA's charge on `empty_at`): an overflowing
+    /// bucket admits nothing until it has drained below its capacity again.
+    #[inline]
+    fn charge(&self, empty_at: u64, now: Nanos, cost: u64) -> Option<u64> {
+        self.0.charge(empty_at, now, cost)
+    }
 }

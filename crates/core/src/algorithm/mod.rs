@@ -165,6 +165,18 @@ pub trait Algorithm: Clone + Send + Sync + 'static {
         None
     }
 
+    /// Counts `cost` units at `now` **without a decision**: the state word to store instead of
+    /// `state` (`None`: store nothing, for a cost of 0). What a settlement does when a request's
+    /// actual cost turned out above what it reserved (`tollgate-policy`'s `Reservation::settle`): the
+    /// difference is owed whatever the state, so the key goes into debt and its next requests wait
+    /// exactly as long as the overdraft takes to refill (buckets), or its window counts beyond the
+    /// limit (windows). Never a decision, never a denial; the state only ever grows stricter.
+    ///
+    /// Bound, per algorithm: the same as its decisions', plus the units charged. Counts saturate at
+    /// what the state word can hold (a bucket's debt at the end of the clock's range: the key then
+    /// stays denied), so an absurd cost never wraps or panics and is never looser than a smaller one.
+    fn charge(&self, state: u64, now: Nanos, cost: u64) -> Option<u64>;
+
     /// The state under `to` (the same algorithm with other parameters: a reloaded quota, another
     /// override tier) that `state` carries over into at the instant `at`: **as-is in units, capped by
     /// the new capacity**. The key keeps exactly `min(available, to.capacity())` units available at

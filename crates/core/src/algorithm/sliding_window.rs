@@ -250,6 +250,30 @@ impl Algorithm for SlidingWindow {
         }
     }
 
+    /// Adds `cost` to the current window's count, beyond the limit if need be (capped at what the
+    /// layout holds, [`SlidingLayout::max_count`]), moving the state on to `now`'s window as a
+    /// decision does (a clock gone backwards counts into the stored window). The overdraft then
+    /// weighs on the next window too, as the previous count.
+    #[inline]
+    fn charge(&self, word: u64, now: Nanos, cost: u64) -> Option<u64> {
+        if cost == 0 {
+            return None;
+        }
+        let state = self.layout.unpack(word);
+        let now_index = now / self.params.window;
+        let (index, previous, current) = match now_index.checked_sub(state.index) {
+            Some(0) | None => (state.index, state.previous, state.current),
+            Some(1) => (now_index, state.current, 0),
+            Some(_) => (now_index, 0, 0),
+        };
+        let current = current.saturating_add(cost).min(self.layout.max_count());
+        Some(self.layout.pack(SlidingState {
+            index,
+            previous,
+            current,
+        }))
+    }
+
     /// Takes `cost` off the count the admission added to: the current count while the stored window
     /// is still `now`'s, the previous count once a later admission moved the state one window on
     /// (exact either way), nothing once it moved two or more (the count has aged out: exact). When
