@@ -80,3 +80,82 @@ fn threads_never_hold_more_than_the_limit_and_the_count_returns_to_zero() {
     assert_eq!(limiter.in_flight(), 0);
     assert_eq!(limiter.late_releases(), 0);
 }
+
+mod properties {
+    use proptest::prelude::*;
+    use tollgate_core::{Algorithm, InFlight, Nanos, Release};
+
+    const HOLD: Nanos = 10_000;
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Take(u64),
+        Release(usize),
+        Wait(Nanos),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (0..4u64).prop_map(Op::Take),
+            any::<usize>().prop_map(Op::Release),
+            (0..HOLD * 3 / 2).prop_map(Op::Wait),
+        ]
+    }
+
+    proptest! {
+        /// With time moving forward: the count is exactly the units of permits not yet released
+        /// and taken in this epoch or the one before (so never reclaimed before `max_hold`, always
+        /// by `2 × max_hold`), never above the limit; a take is admitted iff it fits; a release
+        /// is a no-op exactly for a permit already reclaimed.
+        #[test]
+        fn the_count_is_exact_and_within_the_limit_as_time_passes(
+            limit in 1..6u64,
+            start in 0..HOLD * 4,
+            ops in prop::collection::vec(op(), 1..100),
+        ) {
+            let algorithm = InFlight::new(limit, std::time::Duration::from_nanos(HOLD)).unwrap();
+            let (mut state, mut now) = (0u64, start);
+            let mut out: Vec<(Nanos, u64)> = Vec::new();
+            let live = |out: &[(Nanos, u64)], now: Nanos| -> u64 {
+                out.iter()
+                    .filter(|(t, _)| now / HOLD - t / HOLD <= 1)
+                    .map(|(_, c)| c)
+                    .sum()
+            };
+            for op in ops {
+                match op {
+                    Op::Take(cost) => {
+                        let before = live(&out, now);
+                        let Ok(transition) = algorithm.decide(state, now, cost) else {
+                            prop_assert!(cost > limit);
+                            continue;
+                        };
+                        prop_assert_eq!(transition.decision.is_allowed(), before + cost <= limit);
+                        if let Some(next) = transition.next {
+                            state = next;
+                        }
+                        if transition.decision.is_allowed() && cost > 0 {
+                            out.push((now, cost));
+                        }
+                    }
+                    Op::Release(n) if !out.is_empty() => {
+                        let (taken, cost) = out.swap_remove(n % out.len());
+                        let reclaimed = now / HOLD - taken / HOLD >= 2;
+                        match algorithm.release(state, taken, cost) {
+                            Release::Released(next) => state = next,
+                            Release::Reclaimed => prop_assert!(reclaimed, "a live permit's release was lost"),
+                        }
+                    }
+                    Op::Release(_) => {}
+                    Op::Wait(by) => now += by,
+                }
+                let in_flight = algorithm.in_flight(state, now);
+                prop_assert_eq!(in_flight, live(&out, now));
+                prop_assert!(in_flight <= limit);
+                // Nothing taken less than max_hold ago is ever reclaimed.
+                let young: u64 = out.iter().filter(|(t, _)| now - t < HOLD).map(|(_, c)| c).sum();
+                prop_assert!(in_flight >= young);
+            }
+        }
+    }
+}
