@@ -60,7 +60,7 @@ impl InFlightLimiter<MonotonicClock> {
     }
 }
 
-impl<C: Clock> InFlightLimiter<C> {
+impl<C: Clock + 'static> InFlightLimiter<C> {
     /// A limiter running `algorithm`, reading `clock`.
     pub fn from_algorithm(algorithm: InFlight, clock: C) -> Self {
         InFlightLimiter {
@@ -85,7 +85,7 @@ impl<C: Clock> InFlightLimiter<C> {
     pub fn try_acquire(
         self: &Arc<Self>,
         cost: u64,
-    ) -> Result<Result<Permit<C>, Decision>, CheckError> {
+    ) -> Result<Result<Permit, Decision>, CheckError> {
         self.try_acquire_at(self.clock.now(), cost)
     }
 
@@ -97,7 +97,7 @@ impl<C: Clock> InFlightLimiter<C> {
         self: &Arc<Self>,
         now: Nanos,
         cost: u64,
-    ) -> Result<Result<Permit<C>, Decision>, CheckError> {
+    ) -> Result<Result<Permit, Decision>, CheckError> {
         let ((decision, reclaimed), _) = self.state.update(self.state.load(), |word| {
             let transition = self.algorithm.decide(word, now, cost)?;
             // Counted only for the word actually written (the last transition of the loop).
@@ -115,7 +115,7 @@ impl<C: Clock> InFlightLimiter<C> {
             return Ok(Err(decision));
         }
         Ok(Ok(Permit {
-            limiter: Arc::clone(self),
+            limiter: Arc::clone(self) as Arc<dyn GiveBack>,
             taken_at: now,
             cost,
             decision,
@@ -139,7 +139,14 @@ impl<C: Clock> InFlightLimiter<C> {
         // Relaxed: a monitoring figure.
         self.late.load(Ordering::Relaxed)
     }
+}
 
+/// What a [`Permit`] gives its units back to, whatever the limiter's clock type.
+trait GiveBack: Send + Sync {
+    fn release(&self, taken_at: Nanos, cost: u64);
+}
+
+impl<C: Clock> GiveBack for InFlightLimiter<C> {
     fn release(&self, taken_at: Nanos, cost: u64) {
         // The same Relaxed CAS loop as a take (see `AtomicState`): the count's read-modify-writes
         // are totally ordered on the one word, so no release is lost or applied twice. A permit
@@ -169,14 +176,14 @@ impl<C> fmt::Debug for InFlightLimiter<C> {
 /// Units taken from an [`InFlightLimiter`], given back exactly once, when this is dropped. There
 /// is no other way to release them, so a double release cannot be written.
 #[must_use = "dropping a permit releases it at once"]
-pub struct Permit<C: Clock = MonotonicClock> {
-    limiter: Arc<InFlightLimiter<C>>,
+pub struct Permit {
+    limiter: Arc<dyn GiveBack>,
     taken_at: Nanos,
     cost: u64,
     decision: Decision,
 }
 
-impl<C: Clock> Permit<C> {
+impl Permit {
     /// The admission (`remaining`: units still free after this one).
     pub fn decision(&self) -> Decision {
         self.decision
@@ -193,13 +200,13 @@ impl<C: Clock> Permit<C> {
     }
 }
 
-impl<C: Clock> Drop for Permit<C> {
+impl Drop for Permit {
     fn drop(&mut self) {
         self.limiter.release(self.taken_at, self.cost);
     }
 }
 
-impl<C: Clock> fmt::Debug for Permit<C> {
+impl fmt::Debug for Permit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Permit")
             .field("taken_at", &self.taken_at)

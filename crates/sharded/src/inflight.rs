@@ -65,7 +65,7 @@ pub struct KeyedInFlight<K: ?Sized, C = MonotonicClock> {
     late: AtomicUsize,
 }
 
-impl<K: ?Sized> KeyedInFlight<K, MonotonicClock> {
+impl<K: ?Sized + 'static> KeyedInFlight<K, MonotonicClock> {
     /// At most `limit` units in flight per key, for up to `capacity` keys with permits out at once,
     /// permits reclaimed between `max_hold` and `2 × max_hold` after their take.
     ///
@@ -81,7 +81,7 @@ impl<K: ?Sized> KeyedInFlight<K, MonotonicClock> {
     }
 }
 
-impl<K: ?Sized, C: Clock> KeyedInFlight<K, C> {
+impl<K: ?Sized + 'static, C: Clock + 'static> KeyedInFlight<K, C> {
     /// Wraps a table built with [`KeyedLimiter::builder`] (clock, stripes, window, seed); its quota
     /// reads `limit` = the most units in flight per key, `period` = the maximum hold time.
     pub fn from_table(table: KeyedLimiter<K, InFlight, C>) -> Self {
@@ -105,7 +105,7 @@ impl<K: ?Sized, C: Clock> KeyedInFlight<K, C> {
         self: &Arc<Self>,
         key: &Q,
         cost: u64,
-    ) -> Result<Result<KeyPermit<K, C>, Decision>, CheckError>
+    ) -> Result<Result<KeyPermit, Decision>, CheckError>
     where
         K: Borrow<Q>,
         Q: Hash + ?Sized,
@@ -122,7 +122,7 @@ impl<K: ?Sized, C: Clock> KeyedInFlight<K, C> {
         key: &Q,
         now: Nanos,
         cost: u64,
-    ) -> Result<Result<KeyPermit<K, C>, Decision>, CheckError>
+    ) -> Result<Result<KeyPermit, Decision>, CheckError>
     where
         K: Borrow<Q>,
         Q: Hash + ?Sized,
@@ -133,7 +133,7 @@ impl<K: ?Sized, C: Clock> KeyedInFlight<K, C> {
             return Ok(Err(decision));
         }
         Ok(Ok(KeyPermit {
-            owner: Arc::clone(self),
+            owner: Arc::clone(self) as Arc<dyn GiveBack>,
             place,
             landed,
             taken_at: now,
@@ -231,8 +231,15 @@ impl<K: ?Sized, C: Clock> KeyedInFlight<K, C> {
             Err(stopped) => stopped,
         }
     }
+}
 
+/// What a [`KeyPermit`] gives its units back to, whatever the table's key and clock types.
+trait GiveBack: Send + Sync {
     /// Gives a permit back to the state that counted it.
+    fn release(&self, place: Place, landed: Landed, taken_at: Nanos, cost: u64);
+}
+
+impl<K: ?Sized, C: Clock> GiveBack for KeyedInFlight<K, C> {
     fn release(&self, place: Place, landed: Landed, taken_at: Nanos, cost: u64) {
         if cost == 0 {
             return;
@@ -257,7 +264,9 @@ impl<K: ?Sized, C: Clock> KeyedInFlight<K, C> {
             self.late.fetch_add(1, Ordering::Relaxed);
         }
     }
+}
 
+impl<K: ?Sized, C: Clock> KeyedInFlight<K, C> {
     /// A release in the key's slot. The key cannot have moved: a slot is only re-tagged when its
     /// key is fresh, which with a permit out means the permit was reclaimed; then the key is
     /// missing, or a later incarnation whose epoch finds the permit reclaimed.
@@ -306,8 +315,8 @@ impl<K: ?Sized, C> fmt::Debug for KeyedInFlight<K, C> {
 
 /// Units a key holds in a [`KeyedInFlight`], given back exactly once, when this is dropped.
 #[must_use = "dropping a permit releases it at once"]
-pub struct KeyPermit<K: ?Sized, C: Clock = MonotonicClock> {
-    owner: Arc<KeyedInFlight<K, C>>,
+pub struct KeyPermit {
+    owner: Arc<dyn GiveBack>,
     place: Place,
     landed: Landed,
     taken_at: Nanos,
@@ -315,7 +324,7 @@ pub struct KeyPermit<K: ?Sized, C: Clock = MonotonicClock> {
     decision: Decision,
 }
 
-impl<K: ?Sized, C: Clock> KeyPermit<K, C> {
+impl KeyPermit {
     /// The admission (`remaining`: units the key may still take).
     pub fn decision(&self) -> Decision {
         self.decision
@@ -338,14 +347,14 @@ impl<K: ?Sized, C: Clock> KeyPermit<K, C> {
     }
 }
 
-impl<K: ?Sized, C: Clock> Drop for KeyPermit<K, C> {
+impl Drop for KeyPermit {
     fn drop(&mut self) {
         self.owner
             .release(self.place, self.landed, self.taken_at, self.cost);
     }
 }
 
-impl<K: ?Sized, C: Clock> fmt::Debug for KeyPermit<K, C> {
+impl fmt::Debug for KeyPermit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyPermit")
             .field("taken_at", &self.taken_at)

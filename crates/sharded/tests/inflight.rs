@@ -108,7 +108,7 @@ fn a_flood_of_new_keys_never_evicts_a_holder_and_new_keys_get_the_overflow_answe
     // One stripe, 4-slot window: at most 4 keys hold slots.
     let limits = limits(1, 2, true);
     assert_eq!(limits.table().slots(), 4);
-    let mut holders: Vec<KeyPermit<u64, ManualClock>> = Vec::new();
+    let mut holders: Vec<KeyPermit> = Vec::new();
     let mut key = 0;
     while holders.len() < 4 {
         let permit = limits.try_acquire(&key, 1).unwrap().unwrap();
@@ -215,7 +215,7 @@ proptest! {
     ) {
         let limits = limits(limit, 100, false);
         let mut model: HashMap<u64, u64> = HashMap::new();
-        let mut held: Vec<(u64, KeyPermit<u64, ManualClock>)> = Vec::new();
+        let mut held: Vec<(u64, KeyPermit)> = Vec::new();
         for op in ops {
             match op {
                 Op::Take { key, cost } => {
