@@ -43,6 +43,10 @@ pub struct PolicyConfig {
     /// Quotas for particular key values of keyed rules (plan tiers, single customers).
     #[serde(default)]
     pub overrides: Vec<OverrideConfig>,
+    /// In-flight (concurrency) rules, decided with the rules above by
+    /// [`Policy::admit`](crate::Policy::admit); see [`ConcurrencyConfig`](crate::ConcurrencyConfig).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub concurrency: Vec<crate::inflight::ConcurrencyConfig>,
     /// Labels added to every metric the rules report through the `metrics` facade, beside `rule`
     /// (and `outcome`): for a process that runs several policies whose rule names may repeat
     /// (tollgate-server sets `domain`). Read when a rule is first built; a rule that a reload keeps
@@ -311,6 +315,8 @@ pub enum ConfigErrorKind {
     Striped(StripedError),
     /// Redis lease mode on a rule that is not GCRA (leases are slices of one GCRA bucket).
     LeaseNeedsGcra,
+    /// A concurrency rule where no in-process table can hold its permits (a Redis policy).
+    ConcurrencyUnsupported,
 }
 
 impl ConfigError {
@@ -368,6 +374,10 @@ impl fmt::Display for ConfigError {
             ConfigErrorKind::LeaseNeedsGcra => f.write_str(
                 "redis lease mode runs gcra only (leases are slices of one gcra bucket); use the \
                  per request mode for this algorithm",
+            ),
+            ConfigErrorKind::ConcurrencyUnsupported => f.write_str(
+                "concurrency rules hold their permits in process: use Policy (not RedisPolicy) \
+                 at an edge that sees each request end",
             ),
         }
     }
@@ -516,6 +526,7 @@ impl PolicyConfig {
                 rules[i].overrides.push((value.clone(), quota));
             }
         }
+        crate::inflight::validate(self, in_process)?;
         Ok(Validated { rules })
     }
 }

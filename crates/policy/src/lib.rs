@@ -49,6 +49,7 @@
 mod config;
 mod descriptor_match;
 mod engine;
+pub mod inflight;
 mod limiter;
 mod policy;
 #[cfg(feature = "redis")]
@@ -64,6 +65,7 @@ pub use config::{
     OverrideConfig, PolicyConfig, RuleConfig, Storage, Validated,
 };
 pub use descriptor_match::DescriptorMatch;
+pub use inflight::{Admission, ConcurrencyConfig};
 pub use policy::{Descriptors, Policy, PolicyDecision, PolicyError, RuleOutcome};
 #[cfg(feature = "redis")]
 pub use redis_store::{RedisPolicy, RedisSettings};

@@ -154,6 +154,7 @@ impl<C> PreparedReload<'_, C> {
         for (new, old) in &effects.takeovers {
             old.hand_over(Arc::clone(new), at);
         }
+        set.inflight.commit();
         policy.current.store(Arc::new(set));
         // Dropping `effects` takes the pins back; dropping `_serial` lets the next reload in.
         drop(effects);
@@ -354,6 +355,13 @@ impl Live {
                 .filter(|name| !report.kept.contains(name))
                 .collect();
         }
+        // After the rate rules' `removed` list: this adds the concurrency rules to the report.
+        let inflight = crate::inflight::InFlightSet::build(
+            &config,
+            clock,
+            old.map(|old| &old.inflight),
+            &mut report,
+        )?;
         Ok((
             Live {
                 rules: RuleSet {
@@ -366,6 +374,7 @@ impl Live {
                 store: MemoryStore {
                     limiters: limiters.into_boxed_slice(),
                 },
+                inflight,
             },
             report,
             effects,
