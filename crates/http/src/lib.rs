@@ -59,6 +59,8 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+#[cfg(feature = "policy")]
+mod admit_layer;
 mod async_layer;
 mod body;
 mod check;
@@ -80,6 +82,8 @@ mod redis;
 #[cfg(all(feature = "redis", feature = "policy"))]
 mod redis_edge;
 
+#[cfg(feature = "policy")]
+pub use admit_layer::{Admit, AdmitBody, AdmitFuture, AdmitLayer, Admitted};
 pub use async_layer::{
     AsyncKeyedCheck, AsyncKeyedDecider, AsyncRateLimit, AsyncRateLimitLayer,
     AsyncRateLimitLayerBuilder,
