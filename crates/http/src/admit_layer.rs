@@ -61,10 +61,10 @@ impl<C: Clock + Clone + 'static> PolicyEdge<C> {
                 }
             };
             let rule = admission.decision.rule;
-            let mut verdict =
-                EdgeVerdict::of_check(Ok((admission.decision, None)), cost, &self.fields, |n| {
-                    policy.peek_rule_at(rule?, descriptors, now, n)?.ok()
-                });
+            let checked = Ok((admission.decision, admission.next_unit()));
+            let mut verdict = EdgeVerdict::of_check(checked, cost, &self.fields, |n| {
+                policy.peek_rule_at(rule?, descriptors, now, n)?.ok()
+            });
             if admission.denied_by_concurrency() {
                 verdict.status = StatusCode::SERVICE_UNAVAILABLE;
                 verdict.fields = None;
@@ -200,8 +200,7 @@ where
 
 /// The 503 of a concurrency denial.
 fn busy(secs: u64) -> Response<Bytes> {
-    let body = format!(r#"{{"error":"too many requests in flight","retry_after":{secs}}}"#);
-    let mut response = json_response(StatusCode::SERVICE_UNAVAILABLE, Bytes::from(body));
+    let mut response = json_response(StatusCode::SERVICE_UNAVAILABLE, headers::busy_json(secs));
     response
         .headers_mut()
         .insert(RETRY_AFTER, headers::number(secs));

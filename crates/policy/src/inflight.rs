@@ -42,7 +42,7 @@
 //!
 //! # Semantics
 //! * **One decision**: the concurrency rules are decided first (each takes a permit), then the rate
-//!   rules ([`Policy::check_at`]). A denial by either gives everything back: a concurrency denial
+//!   rules ([`Policy::check_next_at`]). A denial by either gives everything back: a concurrency denial
 //!   drops the permits already taken and consumes no rate quota; a rate denial (or a
 //!   [`PolicyError`]) drops every permit.
 //! * A shadow rule (or any rule under dry run) takes a permit when it can and never denies; when
@@ -385,6 +385,7 @@ pub struct Admission {
     /// ([`Policy::check_at`]).
     pub decision: PolicyDecision,
     denied_by_concurrency: bool,
+    next_unit: Option<Duration>,
     permits: SmallVec<[KeyPermit; 2]>,
 }
 
@@ -398,6 +399,12 @@ impl Admission {
     /// `429`: the client is not over its rate, the service is busy with its requests).
     pub fn denied_by_concurrency(&self) -> bool {
         self.denied_by_concurrency
+    }
+
+    /// The rate rules' `RateLimit` `t` ([`Policy::check_next_at`]); `None` on a concurrency
+    /// denial.
+    pub fn next_unit(&self) -> Option<Duration> {
+        self.next_unit
     }
 
     /// How many permits it holds (one per applicable concurrency rule that admitted it).
@@ -470,6 +477,7 @@ impl<C: Clock + Clone + 'static> Policy<C> {
                             shadow_denied,
                         },
                         denied_by_concurrency: true,
+                        next_unit: None,
                         permits: SmallVec::new(),
                     });
                 }
@@ -484,7 +492,7 @@ impl<C: Clock + Clone + 'static> Policy<C> {
             }
         }
         drop(live);
-        let mut decision = self.check_at(descriptors, now, cost)?;
+        let (mut decision, next_unit) = self.check_next_at(descriptors, now, cost)?;
         decision.shadow_denied |= shadow_denied;
         if !decision.is_allowed() {
             permits.clear();
@@ -492,6 +500,7 @@ impl<C: Clock + Clone + 'static> Policy<C> {
         Ok(Admission {
             decision,
             denied_by_concurrency: false,
+            next_unit,
             permits,
         })
     }
