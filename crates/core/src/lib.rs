@@ -51,6 +51,7 @@ pub mod algorithm;
 mod atomic_limiter;
 pub mod clock;
 mod decision;
+mod inflight_limiter;
 mod limiter;
 mod quota;
 mod shaper;
@@ -60,6 +61,7 @@ mod sync;
 
 pub use algorithm::fixed_window::FixedWindow;
 pub use algorithm::gcra::Gcra;
+pub use algorithm::inflight::{InFlight, MAX_IN_FLIGHT, Release};
 pub use algorithm::leaky_bucket::LeakyBucket;
 pub use algorithm::sliding_window::SlidingWindow;
 pub use algorithm::{Algorithm, Transition};
@@ -68,6 +70,7 @@ pub use atomic_limiter::{
 };
 pub use clock::{Clock, ClockError, CoarseClock, ManualClock, MonotonicClock, Nanos};
 pub use decision::{CheckError, Decision};
+pub use inflight_limiter::{InFlightLimiter, Permit};
 pub use limiter::Limiter;
 pub use quota::{Quota, QuotaError};
 pub use shaper::{ShapeError, Shaper};

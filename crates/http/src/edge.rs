@@ -426,7 +426,7 @@ pub struct PolicyEdge<C = MonotonicClock> {
     policy: Arc<Policy<C>>,
     client_ip: Option<ClientIp>,
     names: DescriptorNames,
-    fields: PolicyFields,
+    pub(crate) fields: PolicyFields,
 }
 
 impl<C> fmt::Debug for PolicyEdge<C> {

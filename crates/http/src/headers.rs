@@ -36,7 +36,7 @@ use tollgate_core::{Decision, Quota};
 use crate::check::KeyedCheck;
 
 mod public;
-pub use public::{denial_json, retry_after_secs, seconds_value};
+pub use public::{busy_json, denial_json, retry_after_secs, seconds_value};
 
 /// `RateLimit` (draft-ietf-httpapi-ratelimit-headers).
 pub static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");

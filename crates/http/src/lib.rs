@@ -59,6 +59,8 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+#[cfg(feature = "policy")]
+mod admit_layer;
 mod async_layer;
 mod body;
 mod check;
@@ -82,6 +84,8 @@ mod redis_edge;
 #[cfg(feature = "policy")]
 mod settle_layer;
 
+#[cfg(feature = "policy")]
+pub use admit_layer::{Admit, AdmitBody, AdmitFuture, AdmitLayer, Admitted};
 pub use async_layer::{
     AsyncKeyedCheck, AsyncKeyedDecider, AsyncRateLimit, AsyncRateLimitLayer,
     AsyncRateLimitLayerBuilder,

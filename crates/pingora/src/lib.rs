@@ -13,6 +13,9 @@
 //!   request goes on. A single keyed limiter is a one-rule policy.
 //! * `response_filter` → [`PingoraLimiter::response_filter`]: adds the `RateLimit-Policy` and
 //!   `RateLimit` fields of the admitting rule to the upstream's response.
+//! * `logging` → [`PingoraLimiter::logging`]: gives back the request's in-flight permits, which
+//!   `request_filter` took for the policy's concurrency rules and kept in the [`LimitCtx`] for
+//!   the request's life. A concurrency denial is answered `503` with `Retry-After`.
 //!
 //! The header syntax and every value's computation are `tollgate_http`'s; the conformance table
 //! (`tests/conformance.rs`) checks that this edge answers every case as the tower layer and
@@ -42,12 +45,12 @@ use http::{HeaderMap, StatusCode};
 use pingora_http::ResponseHeader;
 use pingora_proxy::Session;
 use tollgate_core::{Clock, MonotonicClock};
-use tollgate_http::headers::{RATELIMIT, RATELIMIT_POLICY, denial_json, seconds_value};
+use tollgate_http::headers::{RATELIMIT, RATELIMIT_POLICY, busy_json, denial_json, seconds_value};
 use tollgate_http::{
-    ClientIp, DescriptorNames, DescriptorSourceError, EdgeVerdict, FieldValues, PolicyEdge,
-    RequestFacts,
+    Admitted, ClientIp, DescriptorNames, DescriptorSourceError, EdgeVerdict, FieldValues,
+    PolicyEdge, RequestFacts,
 };
-use tollgate_policy::Policy;
+use tollgate_policy::{Admission, Policy};
 
 /// What one request's decision says, independent of Pingora: the shared edge's verdict.
 pub type Verdict = EdgeVerdict;
@@ -58,6 +61,9 @@ const COST_BODY: &[u8] = br#"{"error":"request cost exceeds quota capacity"}"#;
 #[derive(Debug, Default)]
 pub struct LimitCtx {
     fields: Option<FieldValues>,
+    /// The request's in-flight permits (concurrency rules), held until the logging phase
+    /// ([`PingoraLimiter::logging`]) or until the context is dropped, whichever comes first.
+    admission: Option<Admission>,
 }
 
 impl LimitCtx {
@@ -94,6 +100,7 @@ impl PingoraLimiter {
     pub fn denial_response(verdict: &Verdict) -> pingora_core::Result<(ResponseHeader, Bytes)> {
         let body = match verdict.retry_after {
             Some(secs) if verdict.status == StatusCode::TOO_MANY_REQUESTS => denial_json(secs),
+            Some(secs) if verdict.status == StatusCode::SERVICE_UNAVAILABLE => busy_json(secs),
             _ => Bytes::from_static(COST_BODY),
         };
         let mut head = ResponseHeader::build(verdict.status, Some(6))?;
@@ -197,8 +204,38 @@ impl<C: Clock + Clone + 'static> PingoraLimiter<C> {
     ) -> pingora_core::Result<bool> {
         let peer = peer_of(session);
         let req = session.req_header();
-        let verdict = self.decide(peer, req.method.as_str(), req.uri.path(), &req.headers);
+        let Admitted { verdict, admission } =
+            self.admit(peer, req.method.as_str(), req.uri.path(), &req.headers);
+        ctx.admission = admission;
         answer(verdict, session, ctx).await
+    }
+
+    /// Decides a request against the policy's rate and concurrency rules as one
+    /// ([`PolicyEdge::admit`]); keep the [`Admitted::admission`] for the request's life.
+    /// [`request_filter`](Self::request_filter) calls it. A concurrency denial is `503` with
+    /// `Retry-After` (see [`tollgate_http::AdmitLayer`] for why not 429).
+    pub fn admit(
+        &self,
+        peer: Option<IpAddr>,
+        method: &str,
+        path: &str,
+        headers: &HeaderMap,
+    ) -> Admitted {
+        let facts = RequestFacts {
+            peer,
+            method,
+            path,
+            headers,
+        };
+        let cost = self.cost.as_ref().map_or(1, |cost| cost(&facts));
+        self.edge.admit(&facts, cost)
+    }
+
+    /// Call from `ProxyHttp::logging` (Pingora's last phase, run for every request, answered,
+    /// proxied or failed): gives the request's in-flight permits back. Dropping the context does
+    /// it too; this only makes the moment explicit.
+    pub fn logging(&self, ctx: &mut LimitCtx) {
+        ctx.admission = None;
     }
 
     /// Call from `ProxyHttp::response_filter`: adds the admitting rule's fields.
@@ -266,6 +303,40 @@ period = "60s"
             policy,
             ClientIp::trusting(["127.0.0.0/8".parse().expect("net")]),
         )
+    }
+
+    #[test]
+    fn a_concurrency_permit_is_held_in_the_ctx_until_logging_and_a_full_limit_answers_503() {
+        let config = PolicyConfig::from_toml(
+            r#"
+            [[concurrency]]
+            name = "one_at_a_time"
+            limit = 1
+            retry_after = "2s"
+            "#,
+        )
+        .expect("config");
+        let policy = Arc::new(Policy::new(config).expect("policy"));
+        let l = PingoraLimiter::new(Arc::clone(&policy), ClientIp::trusting([]));
+        let headers = HeaderMap::new();
+        let mut ctx = LimitCtx::default();
+        let first = l.admit(None, "GET", "/", &headers);
+        assert!(first.verdict.allowed);
+        ctx.admission = first.admission;
+        ctx.admitted(first.verdict);
+        let busy = l.admit(None, "GET", "/", &headers);
+        assert_eq!(busy.verdict.status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(busy.admission.is_none());
+        let (head, body) = PingoraLimiter::denial_response(&busy.verdict).expect("503");
+        assert_eq!(head.status.as_u16(), 503);
+        assert_eq!(head.headers.get(RETRY_AFTER).expect("retry-after"), "2");
+        assert_eq!(
+            &body[..],
+            br#"{"error":"too many requests in flight","retry_after":2}"#
+        );
+        l.logging(&mut ctx);
+        assert_eq!(policy.in_flight("one_at_a_time", &[]), Some(0));
+        assert!(l.admit(None, "GET", "/", &headers).verdict.allowed);
     }
 
     #[test]

@@ -61,4 +61,13 @@ impl ProxyHttp for SingleUpstreamProxy {
     ) -> pingora_core::Result<()> {
         self.limiter.response_filter(upstream_response, ctx)
     }
+
+    async fn logging(
+        &self,
+        _session: &mut Session,
+        _error: Option<&pingora_core::Error>,
+        ctx: &mut LimitCtx,
+    ) {
+        self.limiter.logging(ctx);
+    }
 }

@@ -44,6 +44,10 @@ pub struct PolicyConfig {
     /// Quotas for particular key values of keyed rules (plan tiers, single customers).
     #[serde(default)]
     pub overrides: Vec<OverrideConfig>,
+    /// In-flight (concurrency) rules, decided with the rules above by
+    /// [`Policy::admit`](crate::Policy::admit); see [`ConcurrencyConfig`](crate::ConcurrencyConfig).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub concurrency: Vec<crate::inflight::ConcurrencyConfig>,
     /// Labels added to every metric the rules report through the `metrics` facade, beside `rule`
     /// (and `outcome`): for a process that runs several policies whose rule names may repeat
     /// (tollgate-server sets `domain`). Read when a rule is first built; a rule that a reload keeps
@@ -319,6 +323,8 @@ pub enum ConfigErrorKind {
     /// The rule's `priority` (classes and reserved shares) is invalid or its storage cannot keep
     /// headroom.
     Priority(PriorityError),
+    /// A concurrency rule where no in-process table can hold its permits (a Redis policy).
+    ConcurrencyUnsupported,
 }
 
 impl ConfigError {
@@ -378,6 +384,10 @@ impl fmt::Display for ConfigError {
                  per request mode for this algorithm",
             ),
             ConfigErrorKind::Priority(error) => write!(f, "{error}"),
+            ConfigErrorKind::ConcurrencyUnsupported => f.write_str(
+                "concurrency rules hold their permits in process: use Policy (not RedisPolicy) \
+                 at an edge that sees each request end",
+            ),
         }
     }
 }
@@ -530,6 +540,7 @@ impl PolicyConfig {
                 rules[i].overrides.push((value.clone(), quota));
             }
         }
+        crate::inflight::validate(self, in_process)?;
         Ok(Validated { rules })
     }
 }

@@ -51,6 +51,7 @@
 mod config;
 mod descriptor_match;
 mod engine;
+pub mod inflight;
 mod limiter;
 mod policy;
 mod priority;
@@ -68,6 +69,7 @@ pub use config::{
     OverrideConfig, PolicyConfig, RuleConfig, Storage, Validated,
 };
 pub use descriptor_match::DescriptorMatch;
+pub use inflight::{Admission, ConcurrencyConfig};
 pub use policy::{Descriptors, Policy, PolicyDecision, PolicyError, RuleOutcome};
 pub use priority::{PriorityConfig, PriorityError};
 #[cfg(feature = "redis")]

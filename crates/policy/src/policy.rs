@@ -175,6 +175,8 @@ impl<C> fmt::Debug for Policy<C> {
 pub(crate) struct Live {
     pub(crate) rules: RuleSet,
     pub(crate) store: MemoryStore,
+    /// The concurrency rules (`inflight.rs`).
+    pub(crate) inflight: crate::inflight::InFlightSet,
 }
 
 impl Policy<MonotonicClock> {

@@ -155,6 +155,7 @@ impl<C> PreparedReload<'_, C> {
         for (new, old) in &effects.takeovers {
             old.hand_over(Arc::clone(new), at);
         }
+        set.inflight.commit();
         // Release: see `Policy::published` (the loom build only).
         #[cfg(tollgate_loom)]
         policy
@@ -362,6 +363,13 @@ impl Live {
                 .filter(|name| !report.kept.contains(name))
                 .collect();
         }
+        // After the rate rules' `removed` list: this adds the concurrency rules to the report.
+        let inflight = crate::inflight::InFlightSet::build(
+            &config,
+            clock,
+            old.map(|old| &old.inflight),
+            &mut report,
+        )?;
         Ok((
             Live {
                 rules: RuleSet {
@@ -374,6 +382,7 @@ impl Live {
                 store: MemoryStore {
                     limiters: limiters.into_boxed_slice(),
                 },
+                inflight,
             },
             report,
             effects,

@@ -110,6 +110,7 @@ fn config(specs: &[RuleSpec; 3], striped: bool) -> PolicyConfig {
         metrics: true,
         metric_labels: Default::default(),
         descriptor_match: None,
+        concurrency: Vec::new(),
         rules: vec![
             rule("user", Some("user"), &specs[0], Storage::Atomic),
             rule("route", Some("route"), &specs[1], Storage::Atomic),

@@ -477,6 +477,18 @@ impl ServerConfig {
                     domain.name
                 )));
             }
+            // An RLS call is one question asked before the request: Envoy never tells the server
+            // when the request ends, so a permit taken here could never be given back.
+            if let Some(rule) = domain.policy.concurrency.first() {
+                return Err(ConfigFileError::Invalid(format!(
+                    "domain `{}`: concurrency rule `{}` needs to see each request end, which the \
+                     Envoy RLS never does (it is asked once, before the request); limit requests \
+                     in flight in Envoy itself (a cluster's circuit_breakers max_requests, or the \
+                     adaptive_concurrency filter) or at an edge that owns the request \
+                     (tollgate-http's AdmitLayer, tollgate-pingora), and keep rate rules here",
+                    domain.name, rule.name
+                )));
+            }
             let valid = match domain.backend {
                 Backend::Embedded => domain.policy.validate(),
                 Backend::Redis(_) => domain.policy.validate_shared(),
@@ -587,6 +599,22 @@ mod tests {
             matches!(&config.domains[0].backend, Backend::Redis(r) if r.mode == RedisMode::Lease)
         );
         crate::service::Limiter::new(&config).expect("the guide's fragment builds");
+    }
+
+    #[test]
+    fn a_concurrency_rule_is_refused_with_what_to_use_instead() {
+        let toml = "[[domains]]\nname = \"a\"\n[domains.policy]\n\
+                    [[domains.policy.rules]]\nname = \"r\"\nmatch = { k = \"any\" }\n\
+                    limit = 5\nperiod = \"1s\"\n\
+                    [[domains.policy.concurrency]]\nname = \"busy\"\nlimit = 5\n";
+        match ServerConfig::parse(toml, false) {
+            Err(ConfigFileError::Invalid(message)) => {
+                assert!(message.contains("concurrency rule `busy`"), "{message}");
+                assert!(message.contains("circuit_breakers"), "{message}");
+                assert!(message.contains("AdmitLayer"), "{message}");
+            }
+            other => panic!("expected invalid, got {other:?}"),
+        }
     }
 
     #[test]

@@ -10,6 +10,14 @@ use crate::slot::SlotWord;
 use crate::sync::{Ordering, lock};
 use crate::table::Headroom;
 
+/// Which state decided a new key: its own slot (or nothing was written), or its stripe's overflow
+/// state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Landed {
+    Slot,
+    Overflow,
+}
+
 impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     /// Under the stripe lock (`ledger` is what it guards): the key's slot if present, and the slot a
     /// new key may take: the first empty one, or when the window has none, the first holding a key
@@ -55,6 +63,20 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         cost: u64,
         reserve: impl Headroom,
     ) -> Result<Decision, CheckError> {
+        self.insert_located(place, now, cost, reserve)
+            .map(|(decision, _)| decision)
+    }
+
+    /// [`insert`](Self::insert), also saying where the decision was made (an in-flight permit must
+    /// be given back to that same state).
+    #[cold]
+    pub(crate) fn insert_located(
+        &self,
+        place: Place,
+        now: Nanos,
+        cost: u64,
+        reserve: impl Headroom,
+    ) -> Result<(Decision, Landed), CheckError> {
         let stripe = &self.stripes[place.stripe];
         let mut ledger = lock(&stripe.insert);
         // Stable while we hold the stripe lock (see `scan_locked`).
@@ -64,7 +86,7 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
             match self.scan_locked(place, now, &ledger) {
                 (Some((index, found)), _) => {
                     if let Some(result) = self.apply(index, found, now, cost, reserve) {
-                        return result;
+                        return result.map(|decision| (decision, Landed::Slot));
                     }
                     // Only inserts re-tag slots and we hold the stripe's lock: unreachable, but
                     // rescanning is correct anyway.
@@ -74,7 +96,7 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
                     let transition = reserve.decide(algorithm, state, now, cost)?;
                     let Some(next) = transition.next else {
                         // A decision that writes nothing (cost 0) does not insert the key.
-                        return Ok(transition.decision);
+                        return Ok((transition.decision, Landed::Slot));
                     };
                     // Evicting a fresh key: this exchange fails if an admission on it landed after
                     // our load (its state is then no longer `old.state`), and we rescan.
@@ -83,7 +105,7 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
                             self.count_insert(place.stripe);
                         }
                         ledger.settle(place.hash_part);
-                        return Ok(transition.decision);
+                        return Ok((transition.decision, Landed::Slot));
                     }
                 }
                 (None, None) => {
@@ -93,7 +115,7 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
                     if decision.is_allowed() {
                         ledger.record(place.hash_part);
                     }
-                    return Ok(decision);
+                    return Ok((decision, Landed::Overflow));
                 }
             }
         }
@@ -119,7 +141,7 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         if self.algorithm().is_fresh(overflow, now) {
             ledger.clear();
             0
-        } else if ledger.owes(hash_part) {
+        } else if A::INHERITS_OVERFLOW && ledger.owes(hash_part) {
             overflow
         } else {
             0

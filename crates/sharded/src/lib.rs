@@ -58,6 +58,7 @@ mod batch;
 mod builder;
 mod defaults;
 mod error;
+mod inflight;
 mod insert;
 mod ledger;
 mod limiter;
@@ -71,6 +72,7 @@ mod table;
 pub use batch::{CHECK_KEYS_LOOKAHEAD, CheckKeys};
 pub use builder::Builder;
 pub use error::KeyedError;
+pub use inflight::{KeyPermit, KeyedInFlight};
 pub use limiter::{
     DEFAULT_WINDOW, KeyedLimiter, MAX_OVERRIDE_QUOTAS, MAX_STRIPES, MAX_WINDOW, MIN_WINDOW,
 };

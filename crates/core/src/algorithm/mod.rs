@@ -11,6 +11,7 @@ use crate::quota::{Quota, QuotaError};
 
 pub mod fixed_window;
 pub mod gcra;
+pub mod inflight;
 pub mod leaky_bucket;
 pub mod sliding_window;
 mod window;
@@ -54,6 +55,11 @@ impl Transition {
 pub trait Algorithm: Clone + Send + Sync + 'static {
     /// A short stable name (`"gcra"`, `"fixed_window"`, ...), for reports and metrics.
     const NAME: &'static str;
+
+    /// Whether a key that a keyed table's shared overflow state decided starts, once it gets a slot
+    /// of its own, from a copy of that state (true for the rate algorithms: it cannot buy a second
+    /// burst). False for an in-flight count, whose inherited units no release would ever give back.
+    const INHERITS_OVERFLOW: bool = true;
 
     /// Builds the algorithm's parameters from a quota.
     ///

@@ -23,3 +23,11 @@ pub fn seconds_value(n: u64) -> HeaderValue {
 pub fn denial_json(retry_secs: u64) -> Bytes {
     super::denial_body(retry_secs)
 }
+
+/// The 503 body of an in-flight (concurrency) denial:
+/// `{"error":"too many requests in flight","retry_after":N}`.
+pub fn busy_json(retry_secs: u64) -> Bytes {
+    Bytes::from(format!(
+        r#"{{"error":"too many requests in flight","retry_after":{retry_secs}}}"#
+    ))
+}
