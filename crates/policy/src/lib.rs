@@ -60,8 +60,8 @@ mod store;
 mod sync;
 
 pub use config::{
-    AlgorithmKind, ConfigError, ConfigErrorKind, DelayConfig, MAX_CAPACITY, MatchSpec, Mode,
-    OverrideConfig, PolicyConfig, RuleConfig, Storage, Validated,
+    AlgorithmKind, ConfigError, ConfigErrorKind, ConfigFormat, DelayConfig, MAX_CAPACITY,
+    MatchSpec, Mode, OverrideConfig, PolicyConfig, RuleConfig, Storage, Validated, check_config,
 };
 pub use descriptor_match::DescriptorMatch;
 pub use policy::{Descriptors, Policy, PolicyDecision, PolicyError, RuleOutcome};
