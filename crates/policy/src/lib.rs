@@ -49,6 +49,7 @@
 mod config;
 mod descriptor_match;
 mod engine;
+mod explain;
 mod limiter;
 mod policy;
 #[cfg(feature = "redis")]
@@ -64,6 +65,7 @@ pub use config::{
     MatchSpec, Mode, OverrideConfig, PolicyConfig, RuleConfig, Storage, Validated, check_config,
 };
 pub use descriptor_match::DescriptorMatch;
+pub use explain::{Explanation, QuotaView, RuleTrace, Skipped, StateView};
 pub use policy::{Descriptors, Policy, PolicyDecision, PolicyError, RuleOutcome};
 #[cfg(feature = "redis")]
 pub use redis_store::{RedisPolicy, RedisSettings};
