@@ -21,6 +21,10 @@ taskset -c "$CPU" "$BIN" replay --config results/replay/three-rules.toml \
 if perf stat -e instructions:u -x, -o "$DIR/perf.csv" -- \
      taskset -c "$CPU" "$BIN" replay --config results/replay/three-rules.toml "$DIR/traffic.jsonl" > /dev/null 2>&1; then
   INSNS=$(grep instructions "$DIR/perf.csv" | cut -d, -f1)
-  echo "instructions:u per request: $(( INSNS / LINES ))"
+  if [[ "$INSNS" =~ ^[0-9]+$ ]]; then
+    echo "instructions:u per request (whole process, generation excluded): $(( INSNS / LINES ))"
+  else
+    echo "perf: instructions not counted here ($INSNS)"
+  fi
 fi
 head -20 "$DIR/report.txt"
