@@ -51,6 +51,7 @@
 mod config;
 mod descriptor_match;
 mod engine;
+mod explain;
 pub mod inflight;
 mod limiter;
 mod policy;
@@ -65,10 +66,11 @@ mod store;
 mod sync;
 
 pub use config::{
-    AlgorithmKind, ConfigError, ConfigErrorKind, DelayConfig, MAX_CAPACITY, MatchSpec, Mode,
-    OverrideConfig, PolicyConfig, RuleConfig, Storage, Validated,
+    AlgorithmKind, ConfigError, ConfigErrorKind, ConfigFormat, DelayConfig, MAX_CAPACITY,
+    MatchSpec, Mode, OverrideConfig, PolicyConfig, RuleConfig, Storage, Validated, check_config,
 };
 pub use descriptor_match::DescriptorMatch;
+pub use explain::{Explanation, QuotaView, RuleTrace, Skipped, StateView};
 pub use inflight::{Admission, ConcurrencyConfig};
 pub use policy::{Descriptors, Policy, PolicyDecision, PolicyError, RuleOutcome};
 pub use priority::{PriorityConfig, PriorityError};

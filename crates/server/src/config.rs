@@ -55,11 +55,11 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use tollgate_policy::{DescriptorMatch, PolicyConfig};
 
 /// The whole file.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServerConfig {
     /// Listen addresses and reload settings.
@@ -71,7 +71,7 @@ pub struct ServerConfig {
 }
 
 /// `[server]`.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ListenConfig {
     /// gRPC address (RLS and health). Port 0 picks a free port; the bound address is printed.
@@ -112,7 +112,7 @@ fn default_poll() -> Duration {
 }
 
 /// One `[[domains]]` entry.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct DomainConfig {
     /// The Envoy domain (`RateLimitRequest.domain`).
@@ -128,7 +128,7 @@ pub struct DomainConfig {
 }
 
 /// How the descriptors of one `ShouldRateLimit` call are decided.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DescriptorMode {
     /// As one (the default): when any descriptor is over its limit (or its cost can never be
@@ -170,7 +170,7 @@ pub enum Backend {
 /// # breaker = { failures = 3, probe_interval = "100ms" }   failures = 0: no breaker
 /// # lease = { size = 100, ttl = "100ms", min_grant = 1, max_keys = 10000 }   lease mode only
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RedisBackend {
     /// `redis://host:port/db` (redis-rs URL syntax; `rediss://` needs a TLS build of redis-rs).
@@ -200,7 +200,7 @@ pub struct RedisBackend {
 }
 
 /// How a Redis domain decides.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RedisMode {
     /// One atomic script call per rule per request (tollgate-redis `RedisLimiter`): exact across
@@ -213,7 +213,7 @@ pub enum RedisMode {
 }
 
 /// The answer while Redis cannot decide.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FailMode {
     /// Deny (`OVER_LIMIT` with `fail_retry_after`): protection over availability.
@@ -224,7 +224,7 @@ pub enum FailMode {
 }
 
 /// `breaker = { failures = 3, probe_interval = "100ms" }`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct BreakerSettings {
     /// Consecutive outage failures that open the circuit (then calls are answered by the fail
@@ -247,7 +247,7 @@ impl Default for BreakerSettings {
 
 /// `lease = { size = 100, ttl = "100ms", min_grant = 1, max_keys = 10000 }` (tollgate-redis
 /// `LeaseConfig`; every field optional).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct LeaseSettings {
     /// Units asked for per lease (`k`).
@@ -301,6 +301,21 @@ fn default_min_grant() -> u64 {
 }
 fn default_max_keys() -> usize {
     10_000
+}
+
+/// The form [`Backend`]'s `Deserialize` reads: `"embedded"` or `{ redis = { ... } }`.
+impl Serialize for Backend {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        match self {
+            Backend::Embedded => serializer.serialize_str("embedded"),
+            Backend::Redis(redis) => {
+                let mut map = serializer.serialize_map(Some(1))?;
+                map.serialize_entry("redis", redis)?;
+                map.end()
+            }
+        }
+    }
 }
 
 /// `"embedded"` or `{ redis = { ... } }`, by hand rather than serde's enum forms: YAML would want a
@@ -534,6 +549,42 @@ impl ServerConfig {
                     d.name
                 )));
             }
+        }
+        Ok(config)
+    }
+}
+
+impl ServerConfig {
+    /// What `tollgate-server check` prints: the file read and checked by [`load`](Self::load) (the
+    /// code the server's start and every reload run), then each domain's policy with every default
+    /// spelled out (tollgate-policy's [`PolicyConfig::normalized`]) and a Redis domain in lease
+    /// mode with its lease settings, as TOML.
+    ///
+    /// # Errors
+    /// What [`load`](Self::load) refuses, naming the domain, rule and field.
+    pub fn check(path: &Path) -> Result<String, ConfigFileError> {
+        let config = Self::load(path)?.normalized()?;
+        toml::to_string(&config).map_err(|e| ConfigFileError::Invalid(e.to_string()))
+    }
+
+    /// This config with every default spelled out (see [`check`](Self::check)).
+    ///
+    /// # Errors
+    /// A domain whose policy does not validate.
+    pub fn normalized(&self) -> Result<ServerConfig, ConfigFileError> {
+        let mut config = self.clone();
+        for domain in &mut config.domains {
+            let policy = match &mut domain.backend {
+                Backend::Embedded => domain.policy.normalized(),
+                Backend::Redis(redis) => {
+                    if redis.mode == RedisMode::Lease {
+                        redis.lease.get_or_insert_default();
+                    }
+                    domain.policy.normalized_shared()
+                }
+            };
+            domain.policy = policy
+                .map_err(|e| ConfigFileError::Invalid(format!("domain `{}`: {e}", domain.name)))?;
         }
         Ok(config)
     }

@@ -10,6 +10,11 @@
 //! [`MAX_BODY_BYTES`], with `RateLimit`, `RateLimit-Policy` (and `Retry-After` on a 429) on the
 //! response and in the body:
 //! `{"overall_code":"OK","statuses":[{"code":"OK","rule":"per_ip","limit":100,"window_ms":1000,"remaining":99,"reset_after_ms":10,"retry_after_ms":null,"shadow_denied":false}],"headers":{"ratelimit":"..."}}`.
+//!
+//! With `"explain": true` (one descriptor, an embedded domain) the body also carries
+//! `"explain"`, the decision's trace (tollgate-policy's `Explanation`: each rule applied or why
+//! not, its key, quota and tier, state before and after, its verdict and refund, the deciding
+//! rule) and `"explain_text"`, the same in one line.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -62,6 +67,10 @@ pub struct CheckRequest {
     /// Cost of every descriptor without its own (0 or absent: 1).
     #[serde(default)]
     pub hits_addend: u64,
+    /// Answer with the decision's trace (`"explain"` in the body): one descriptor, an embedded
+    /// domain. The trace names rules, keys and quotas: the endpoint is for trusted callers.
+    #[serde(default)]
+    pub explain: bool,
 }
 
 /// One descriptor.
@@ -132,7 +141,19 @@ async fn check(
             (entries, d.hits_addend.unwrap_or(req.hits_addend).max(1))
         })
         .collect();
-    let answer = match state.limiter.check(&req.domain, &descriptors).await {
+    let checked = if req.explain {
+        state
+            .limiter
+            .explain(&req.domain, &descriptors)
+            .map(|(answer, why)| (answer, Some(why)))
+    } else {
+        state
+            .limiter
+            .check(&req.domain, &descriptors)
+            .await
+            .map(|answer| (answer, None))
+    };
+    let (answer, explanation) = match checked {
         Ok(a) => a,
         Err(CheckError::UnknownDomain(d)) => {
             metrics::counter!("tollgate_server_errors_total", "api" => "http", "reason" => "unknown_domain")
@@ -163,11 +184,15 @@ async fn check(
     } else {
         StatusCode::TOO_MANY_REQUESTS
     };
-    let body = serde_json::json!({
+    let mut body = serde_json::json!({
         "overall_code": if answer.ok { "OK" } else { "OVER_LIMIT" },
         "statuses": statuses,
         "headers": shown,
     });
+    if let Some(why) = explanation {
+        body["explain"] = serde_json::to_value(&why).unwrap_or_default();
+        body["explain_text"] = serde_json::Value::String(why.to_string());
+    }
     (status, headers, Json(body)).into_response()
 }
 

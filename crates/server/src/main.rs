@@ -1,4 +1,4 @@
-//! `tollgate-server --config <file>` (its load client is `tollgate-lab`'s `rls-load`).
+//! `tollgate-server --config <file>`, and `tollgate-server check --config <file>` (its load client is `tollgate-lab`'s `rls-load`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -13,11 +13,16 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Tollgate's rate-limit service (Envoy RLS v3 over gRPC, JSON over HTTP).
 #[derive(Parser, Debug)]
-#[command(name = "tollgate-server", version)]
+#[command(
+    name = "tollgate-server",
+    version,
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
+)]
 struct Cli {
     /// The config file (TOML, or YAML by extension).
-    #[arg(long)]
-    config: PathBuf,
+    #[arg(long, required = true)]
+    config: Option<PathBuf>,
     /// gRPC listen address (overrides `[server] grpc`).
     #[arg(long)]
     grpc: Option<SocketAddr>,
@@ -31,11 +36,40 @@ struct Cli {
     /// whatever shares the machine (a sidecar's proxy, a load client).
     #[arg(long)]
     workers: Option<std::num::NonZeroUsize>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum Command {
+    /// Checks a config as the server's start and reload do, and prints it back with every default
+    /// spelled out; exits non-zero naming the domain, rule and field on an error.
+    Check {
+        /// The config file (TOML, or YAML by extension).
+        #[arg(long)]
+        config: PathBuf,
+    },
 }
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    let config = cli.config;
+    let config = match (cli.command, cli.config) {
+        (Some(Command::Check { config }), _) => {
+            return match tollgate_server::config::ServerConfig::check(&config) {
+                Ok(text) => {
+                    print!("{text}");
+                    std::process::ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("tollgate-server: {}: {e}", config.display());
+                    std::process::ExitCode::FAILURE
+                }
+            };
+        }
+        (None, Some(config)) => config,
+        // `--config` is required without a subcommand: clap refuses the call before this.
+        (None, None) => return std::process::ExitCode::FAILURE,
+    };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()

@@ -12,7 +12,7 @@ use tollgate_core::Decision;
 use tollgate_core::MonotonicClock;
 use tollgate_http::headers::{RATELIMIT, RATELIMIT_POLICY, seconds_value};
 use tollgate_http::{EdgeVerdict, PolicyFields};
-use tollgate_policy::{Policy, PreparedReload, RedisPolicy};
+use tollgate_policy::{Explanation, Policy, PreparedReload, RedisPolicy};
 
 use crate::config::{Backend, DescriptorMode, ServerConfig};
 use crate::redis_backend::{self, Connections};
@@ -194,49 +194,130 @@ impl Limiter {
         domain: &str,
         descriptors: &[(Vec<(&str, &str)>, u64)],
     ) -> Result<Answer, CheckError> {
-        if domain.is_empty() {
-            return Err(CheckError::Malformed("domain is empty".into()));
-        }
-        if descriptors.is_empty() {
-            return Err(CheckError::Malformed("no descriptors".into()));
-        }
-        if descriptors.len() > MAX_DESCRIPTORS {
-            return Err(CheckError::Malformed(format!(
-                "{} descriptors (at most {MAX_DESCRIPTORS})",
-                descriptors.len()
-            )));
-        }
-        for (i, (entries, _)) in descriptors.iter().enumerate() {
-            if entries.is_empty() {
-                return Err(CheckError::Malformed(format!(
-                    "descriptor {i} has no entries"
-                )));
-            }
-            if entries.len() > MAX_ENTRIES {
-                return Err(CheckError::Malformed(format!(
-                    "descriptor {i} has {} entries (at most {MAX_ENTRIES})",
-                    entries.len()
-                )));
-            }
-            if entries.iter().any(|(k, _)| k.is_empty()) {
-                return Err(CheckError::Malformed(format!(
-                    "descriptor {i} has an entry with an empty key"
-                )));
-            }
-        }
+        validate(domain, descriptors)?;
         let dom = {
             let domains = self.domains.load();
             let Some(dom) = domains.get(domain) else {
                 return Err(CheckError::UnknownDomain(domain.to_owned()));
             };
             if let DomainPolicy::Embedded(policy) = &dom.policy {
-                return Ok(embedded(dom, policy, descriptors));
+                return Ok(embedded(domain, dom, policy, descriptors));
             }
             // Held across the Redis calls: a reload meanwhile does not pull the rules away.
             Arc::clone(dom)
         };
         Ok(on_redis(&dom, descriptors).await)
     }
+
+    /// [`check`](Self::check) of one descriptor with the decision's trace
+    /// ([`Policy::explain_at`]): `POST /v1/check` with `"explain": true`. The same decision as
+    /// `check` (it consumes as `check` does).
+    ///
+    /// # Errors
+    /// As [`check`](Self::check), and [`CheckError::Malformed`] for more than one descriptor or a
+    /// domain on Redis (whose state a trace cannot look at without round trips).
+    pub fn explain(
+        &self,
+        domain: &str,
+        descriptors: &[(Vec<(&str, &str)>, u64)],
+    ) -> Result<(Answer, Explanation), CheckError> {
+        validate(domain, descriptors)?;
+        let [(entries, cost)] = descriptors else {
+            return Err(CheckError::Malformed(
+                "explain takes exactly one descriptor".into(),
+            ));
+        };
+        let domains = self.domains.load();
+        let Some(dom) = domains.get(domain) else {
+            return Err(CheckError::UnknownDomain(domain.to_owned()));
+        };
+        let DomainPolicy::Embedded(policy) = &dom.policy else {
+            return Err(CheckError::Malformed(format!(
+                "explain needs an embedded domain; `{domain}` is on redis"
+            )));
+        };
+        let (verdict, why) = explained(dom, policy, entries, (*cost).max(1), policy.now());
+        Ok((answer(dom, vec![verdict]), why))
+    }
+}
+
+/// The target of the per-decision trace in the debug log: `RUST_LOG=tollgate_server::explain=debug`
+/// logs, for each embedded call of one descriptor, the decision with its trace.
+pub const EXPLAIN_TARGET: &str = "tollgate_server::explain";
+
+/// Checks what a request must satisfy before anything is decided.
+fn validate(domain: &str, descriptors: &[(Vec<(&str, &str)>, u64)]) -> Result<(), CheckError> {
+    if domain.is_empty() {
+        return Err(CheckError::Malformed("domain is empty".into()));
+    }
+    if descriptors.is_empty() {
+        return Err(CheckError::Malformed("no descriptors".into()));
+    }
+    if descriptors.len() > MAX_DESCRIPTORS {
+        return Err(CheckError::Malformed(format!(
+            "{} descriptors (at most {MAX_DESCRIPTORS})",
+            descriptors.len()
+        )));
+    }
+    for (i, (entries, _)) in descriptors.iter().enumerate() {
+        if entries.is_empty() {
+            return Err(CheckError::Malformed(format!(
+                "descriptor {i} has no entries"
+            )));
+        }
+        if entries.len() > MAX_ENTRIES {
+            return Err(CheckError::Malformed(format!(
+                "descriptor {i} has {} entries (at most {MAX_ENTRIES})",
+                entries.len()
+            )));
+        }
+        if entries.iter().any(|(k, _)| k.is_empty()) {
+            return Err(CheckError::Malformed(format!(
+                "descriptor {i} has an entry with an empty key"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// One descriptor of an embedded domain decided with its trace, as [`EdgeVerdict::decide`] would
+/// decide it.
+fn explained(
+    dom: &Domain,
+    policy: &Policy,
+    entries: &[(&str, &str)],
+    cost: u64,
+    now: tollgate_core::Nanos,
+) -> (EdgeVerdict, Explanation) {
+    let checked = policy.explain_at(entries, now, cost);
+    let (checked, why) = match checked {
+        Ok((decision, why)) => {
+            // The `RateLimit` field's `t`, as `check_next_at` works it out.
+            let next = match (decision.rule, decision.decision) {
+                (Some(rule), Decision::Allowed { remaining, .. }) => remaining
+                    .checked_add(1)
+                    .and_then(|more| policy.peek_rule_at(rule, entries, now, more))
+                    .and_then(Result::ok)
+                    .and_then(|d| d.retry_after()),
+                _ => None,
+            };
+            (Ok((decision, next)), why)
+        }
+        Err(error) => (
+            Err(error),
+            Explanation {
+                rules: Vec::new(),
+                deciding: None,
+                allowed: false,
+                dry_run: policy.dry_run(),
+            },
+        ),
+    };
+    let rule = checked.as_ref().ok().and_then(|(d, _)| d.rule);
+    let verdict = EdgeVerdict::of_check(checked, cost, &dom.fields, |units| {
+        policy.peek_rule_at(rule?, entries, now, units)?.ok()
+    });
+    (verdict, why)
 }
 
 /// A Redis domain's answer: each descriptor through its [`RedisPolicy`]. A look at a rule would
@@ -244,7 +325,7 @@ impl Limiter {
 /// [`tollgate_http::edge`]).
 async fn on_redis(dom: &Domain, descriptors: &[(Vec<(&str, &str)>, u64)]) -> Answer {
     let policy = match &dom.policy {
-        DomainPolicy::Embedded(policy) => return embedded(dom, policy, descriptors),
+        DomainPolicy::Embedded(policy) => return embedded("", dom, policy, descriptors),
         DomainPolicy::Redis(policy) => policy,
     };
     let requests = requests(descriptors);
@@ -278,9 +359,23 @@ fn requests<'a>(
         .collect()
 }
 
-/// An embedded domain's answer: every descriptor through the policy at one clock reading.
-fn embedded(dom: &Domain, policy: &Policy, descriptors: &[(Vec<(&str, &str)>, u64)]) -> Answer {
+/// An embedded domain's answer: every descriptor through the policy at one clock reading. With
+/// [`EXPLAIN_TARGET`] at debug, a call of one descriptor is decided with its trace, and the trace
+/// logged (the same decision: one descriptor is its own group).
+fn embedded(
+    name: &str,
+    dom: &Domain,
+    policy: &Policy,
+    descriptors: &[(Vec<(&str, &str)>, u64)],
+) -> Answer {
     let now = policy.now();
+    if let [(entries, cost)] = descriptors {
+        if tracing::enabled!(target: EXPLAIN_TARGET, tracing::Level::DEBUG) {
+            let (verdict, why) = explained(dom, policy, entries, (*cost).max(1), now);
+            tracing::debug!(target: EXPLAIN_TARGET, domain = name, descriptor = ?entries, "{why}");
+            return answer(dom, vec![verdict]);
+        }
+    }
     let requests = requests(descriptors);
     let statuses = if dom.is_atomic() {
         policy

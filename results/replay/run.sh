@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Replay throughput on one core for a 3-rule config (three-rules.toml).
+# Usage: results/replay/run.sh [keys] [rate per key] [seconds]   (default: 1000 x 100/s x 50 s = 5 M lines)
+# Writes the traffic to a temporary file (about 75 bytes a line), replays it twice (the first run
+# warms the page cache; the second is the figure), prints the rate the command reports and, when
+# perf works, the user-space instructions per request. Run it on a quiet machine.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+KEYS="${1:-1000}"; RATE="${2:-100}"; SECONDS_="${3:-50}"
+CPU="${CPU:-2}"
+cargo build --release -p tollgate-replay --bin tollgate
+BIN=target/release/tollgate
+DIR="$(mktemp -d)"; trap 'rm -rf "$DIR"' EXIT
+"$BIN" generate --keys "$KEYS" --rate "$RATE" --seconds "$SECONDS_" > "$DIR/traffic.jsonl"
+LINES=$(wc -l < "$DIR/traffic.jsonl")
+echo "traffic: $LINES lines, $(du -h "$DIR/traffic.jsonl" | cut -f1)"
+echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); commit $(git rev-parse --short HEAD); $(date -u +%FT%TZ)"
+taskset -c "$CPU" "$BIN" replay --config results/replay/three-rules.toml "$DIR/traffic.jsonl" > /dev/null
+taskset -c "$CPU" "$BIN" replay --config results/replay/three-rules.toml \
+  --svg "$DIR/timeline.svg" "$DIR/traffic.jsonl" > "$DIR/report.txt"
+if perf stat -e instructions:u -x, -o "$DIR/perf.csv" -- \
+     taskset -c "$CPU" "$BIN" replay --config results/replay/three-rules.toml "$DIR/traffic.jsonl" > /dev/null 2>&1; then
+  INSNS=$(grep instructions "$DIR/perf.csv" | cut -d, -f1)
+  if [[ "$INSNS" =~ ^[0-9]+$ ]]; then
+    echo "instructions:u per request (whole process, generation excluded): $(( INSNS / LINES ))"
+  else
+    echo "perf: instructions not counted here ($INSNS)"
+  fi
+fi
+head -20 "$DIR/report.txt"
