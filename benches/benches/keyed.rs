@@ -1,7 +1,9 @@
 //! Keyed limiters: tollgate-sharded's `KeyedLimiter` beside governor's `DefaultKeyedRateLimiter`
 //! (DashMap-backed) in the same groups.
 //!
-//! Groups: one hot key, 1 K keys, 1 M keys uniform, 1 M keys Zipf(1.0); each at 1 and 2 threads.
+//! Groups: one hot key, 1 K keys, 1 M keys uniform, 1 M keys Zipf(1.0), and one hot key carrying
+//! half the traffic beside 1 M uniform cold keys (`hot_half_1m_cold`, the hot-key scenario of issue
+//! 30); each at 1 and 2 threads.
 //! Each iteration is one decision per thread (`iter_custom` + scoped threads), so criterion's
 //! throughput is decisions per second and `time / threads` is the cost of one decision. Keys are drawn
 //! ahead of time into a ring that every thread walks from its own offset; both limiters read their
@@ -85,6 +87,21 @@ fn uniform_ring(keys: u64) -> Vec<u64> {
         ring.swap(i, rng.random_range(0..=i));
     }
     ring
+}
+
+/// Issue 30's hot-key scenario: every other draw is key 0 (one client or tenant carrying half the
+/// traffic), the rest uniform over `cold` further keys (1..=cold), shuffled as i.i.d. draws.
+fn hot_half_ring(cold: u64) -> Vec<u64> {
+    let mut rng = SmallRng::seed_from_u64(42);
+    (0..RING)
+        .map(|_| {
+            if rng.random_bool(0.5) {
+                0
+            } else {
+                rng.random_range(1..=cold)
+            }
+        })
+        .collect()
 }
 
 fn zipf_ring(keys: u64) -> Vec<u64> {
@@ -210,6 +227,8 @@ fn keyed(c: &mut Criterion) {
     group(c, "1k_keys", 1_000, &uniform_ring(1_000));
     group(c, "1m_uniform", 1_000_000, &uniform_ring(1_000_000));
     group(c, "1m_zipf", 1_000_000, &zipf_ring(1_000_000));
+    // One hot key with half the traffic plus 1 M cold keys (compare the cold cost with 1m_uniform).
+    group(c, "hot_half_1m_cold", 1_000_001, &hot_half_ring(1_000_000));
 }
 
 criterion_group!(benches, floor, keyed);

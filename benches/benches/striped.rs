@@ -6,6 +6,10 @@
 //!   (burst 10⁹), so nearly every decision is allowed. `iter_custom` + scoped threads started on a
 //!   `Barrier`; throughput is aggregate decisions per second (`Throughput::Elements(threads)` per
 //!   iteration, each thread making `iters` decisions).
+//! * `striped/deny`, `striped/deny_coarse`: deny mode (1 per hour) at 1 and 2 threads, plain GCRA
+//!   beside the striped limiter as built and held on its stripes (`striped_lease`).
+//!
+//! Run: `cargo bench -p tollgate-benches --bench striped -- --warm-up-time 1 --measurement-time 3`
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
@@ -14,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use tollgate_core::{CoarseClock, GcraLimiter, Limiter, Quota};
-use tollgate_striped::StripedLimiter;
+use tollgate_striped::{StripedConfig, StripedLimiter};
 
 const RATE: u32 = 1_000_000_000;
 const THREADS: [usize; 3] = [1, 2, 4];
@@ -98,5 +102,60 @@ fn contended_coarse(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, contended, contended_coarse);
+/// Deny mode (1 per hour: after the first admission every decision is a denial), on the TSC and the
+/// coarse clock: plain GCRA, the striped limiter as built (one thread takes the alone path, two may
+/// leave it), and the striped limiter held on its stripes (`striped_lease`: the cached denial, what
+/// contended threads pay).
+fn deny(c: &mut Criterion) {
+    let quota = Quota::per_hour(1).expect("valid quota");
+    let coarse = CoarseClock::new(Duration::from_millis(1)).expect("upkeep thread");
+    for (group_name, tsc) in [("striped/deny", true), ("striped/deny_coarse", false)] {
+        let mut g = c.benchmark_group(group_name);
+        for threads in [1usize, 2] {
+            g.throughput(Throughput::Elements(threads as u64));
+            macro_rules! row {
+                ($name:expr, $limiter:expr) => {{
+                    let limiter = $limiter;
+                    g.bench_with_input(BenchmarkId::new($name, threads), &threads, |b, &t| {
+                        b.iter_custom(|iters| {
+                            run_threads(t, iters, &|| limiter.check().is_allowed())
+                        });
+                    });
+                }};
+            }
+            let lease = StripedConfig::default().always_lease(true);
+            if tsc {
+                let clock = tollgate_core::MonotonicClock::new();
+                row!(
+                    "gcra",
+                    GcraLimiter::with_clock(quota, clock.clone()).expect("quota")
+                );
+                row!(
+                    "striped",
+                    StripedLimiter::with_clock(quota, clock.clone()).expect("quota")
+                );
+                row!(
+                    "striped_lease",
+                    StripedLimiter::with_config(quota, lease, clock).expect("quota")
+                );
+            } else {
+                row!(
+                    "gcra",
+                    GcraLimiter::with_clock(quota, coarse.clone()).expect("quota")
+                );
+                row!(
+                    "striped",
+                    StripedLimiter::with_clock(quota, coarse.clone()).expect("quota")
+                );
+                row!(
+                    "striped_lease",
+                    StripedLimiter::with_config(quota, lease, coarse.clone()).expect("quota")
+                );
+            }
+        }
+        g.finish();
+    }
+}
+
+criterion_group!(benches, contended, contended_coarse, deny);
 criterion_main!(benches);

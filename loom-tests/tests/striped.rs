@@ -186,3 +186,117 @@ fn drain_n(limiter: &StripedLimiter<ManualClock>, now: Nanos, n: usize) -> u64 {
         .filter(|_| limiter.check_on_stripe(0, now, 1).unwrap().is_allowed())
         .count() as u64
 }
+
+// ---- The cached denial and the alone path ---------------------------------------------------------
+//
+// A stripe with no unit in its lease answers a denial from the shared word (one load, no lock, no
+// CAS); a thread that finds the limiter uncontended decides on the shared word directly (the alone
+// path). Neither may admit beyond the burst or lose a unit, and a denial must not outlive the
+// refusal it answers: once the shared word frees units (a refund, a give-back), the stripe gets them
+// at the same frozen instant.
+
+/// Stripe 0 has used its one-unit lease `[0, T)`; a direct grant of 2 (above the lease size) holds
+/// `[T, 3T)`, so the shared word is full. Thread A asks stripe 0 for a unit (the cached denial, or a
+/// lease if it sees the refund) while thread B refunds the direct grant. Then stripe 0 is drained
+/// at the same instant: A and the drain together must admit exactly the 2 refunded units. A stripe
+/// that remembered its refusal (the TAT it was refused at) past the refund would deny them forever
+/// at this instant.
+#[test]
+fn a_cached_denial_does_not_outlive_a_refund() {
+    loom::model(|| {
+        let l = limiter(3, 2, 1);
+        assert!(l.check_on_stripe(0, 0, 1).unwrap().is_allowed()); // lease [0, T), used up
+        let (decision, receipt) = l.check_on_stripe_with_receipt(1, 0, 2).unwrap();
+        assert!(decision.is_allowed()); // direct: [T, 3T)
+        let a = {
+            let l = l.clone();
+            thread::spawn(move || u64::from(l.check_on_stripe(0, 0, 1).unwrap().is_allowed()))
+        };
+        let b = {
+            let l = l.clone();
+            thread::spawn(move || l.refund(receipt, 2))
+        };
+        let admitted = a.join().unwrap();
+        assert!(
+            b.join().unwrap(),
+            "nothing was granted above the direct grant"
+        );
+        let admitted = admitted + drain(&l, 0);
+        assert_eq!(admitted, 2, "the refunded units, no more, no fewer");
+        assert_conserved(&l, 1 + admitted, 3);
+    });
+}
+
+/// Two threads on stripe 0 at a frozen instant, burst 3, leases of 2: cached denials race the lease
+/// refills and the fast-path CAS. Never more than the burst, nothing lost, and the final drain finds
+/// every unit the instant owns (no denial while the shared word or the lease holds a unit).
+#[test]
+fn cached_denials_racing_refills_on_one_stripe_admit_exactly_the_burst() {
+    loom::model(|| {
+        let l = limiter(3, 1, 2);
+        let admitted = race_then_drain(&l, 0, &[&[1, 1], &[1, 1]]);
+        assert_eq!(admitted, 3);
+        assert_conserved(&l, admitted, 3);
+        assert_eq!(l.stranded_units(), 0, "units wasted at a frozen instant");
+    });
+}
+
+/// Thread A decides on the alone path (plain GCRA on the shared word) while thread B takes a lease
+/// on stripe 1 (as a thread arriving on another stripe after contention does): never more than the
+/// burst, every granted unit admitted or held, and A's stripe then drains exactly what is left.
+#[test]
+fn the_alone_path_racing_a_stripe_lease_never_exceeds_the_burst() {
+    loom::model(|| {
+        let l = limiter(4, 2, 2);
+        assert!(l.is_alone());
+        let a = {
+            let l = l.clone();
+            thread::spawn(move || {
+                use tollgate_core::Limiter;
+                [1, 1]
+                    .iter()
+                    .filter(|&&cost| l.check_at(0, cost).unwrap().is_allowed())
+                    .count() as u64
+            })
+        };
+        let b = {
+            let l = l.clone();
+            thread::spawn(move || {
+                [1, 1]
+                    .iter()
+                    .filter(|&&cost| l.check_on_stripe(1, 0, cost).unwrap().is_allowed())
+                    .count() as u64
+            })
+        };
+        let admitted = a.join().unwrap() + b.join().unwrap();
+        assert_conserved(&l, admitted, 4);
+        let admitted = admitted + drain(&l, 0);
+        // Whatever stripe 1 still holds is the only thing the drain on stripe 0 cannot have.
+        assert_eq!(admitted + l.held_units(0), 4);
+        assert_conserved(&l, admitted, 4);
+    });
+}
+
+/// Two threads on the alone path at once: one CAS fails, the limiter leaves the alone path, and the
+/// decisions stay exact (burst 2, three requests: exactly 2 admitted).
+#[test]
+fn two_threads_on_the_alone_path_admit_exactly_the_burst() {
+    loom::model(|| {
+        let l = limiter(2, 1, 1);
+        let handles: Vec<_> = [2usize, 1]
+            .iter()
+            .map(|&n| {
+                let l = l.clone();
+                thread::spawn(move || {
+                    use tollgate_core::Limiter;
+                    (0..n)
+                        .filter(|_| l.check_at(0, 1).unwrap().is_allowed())
+                        .count() as u64
+                })
+            })
+            .collect();
+        let admitted: u64 = handles.into_iter().map(|h| h.join().unwrap()).sum();
+        assert_eq!(admitted, 2);
+        assert_conserved(&l, admitted, 2);
+    });
+}

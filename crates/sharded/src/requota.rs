@@ -13,6 +13,9 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     /// The algorithm a slot word is decided under now, and the word in its terms: a word in the
     /// previous default generation's tier comes back carried over to the current one (in the current
     /// tier), every other word as it is.
+    // The carry-over is out of line, so that this stays small enough to inline: the compiler
+    // outlined the whole function, a call with its pair returned through memory on every decision
+    // (results/keyed/floor.md).
     #[inline]
     pub(crate) fn resolve(&self, word: SlotWord) -> (&A, SlotWord) {
         let tier = word.tier();
@@ -24,6 +27,19 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         if tier == default_tier(generation) || generation == 0 {
             return (current, word);
         }
+        self.carry_over_word(word, generation, current)
+    }
+
+    /// `resolve` for a word of the previous default generation (rare: once per key after a quota
+    /// change).
+    #[cold]
+    #[inline(never)]
+    fn carry_over_word<'a>(
+        &'a self,
+        word: SlotWord,
+        generation: usize,
+        current: &'a A,
+    ) -> (&'a A, SlotWord) {
         let previous = self.defaults.get(generation - 1);
         let at = self.defaults.since(generation);
         let state = previous.carry_over(word.state, at, current);

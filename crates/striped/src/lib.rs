@@ -8,9 +8,9 @@
 //! decide from its own cache line until the lease runs out.
 //!
 //! # When to use it
-//! Many threads, one hot quota, mostly-allowed traffic (a service-wide cap in a proxy). For one or two
-//! threads, or for quotas that are mostly denying, plain [`tollgate_core::GcraLimiter`] is as good
-//! and exact. Decisions are the core [`Decision`](tollgate_core::Decision)s; a cost above the burst
+//! Many threads, one hot quota (a service-wide cap in a proxy). One thread alone decides as plain
+//! [`tollgate_core::GcraLimiter`] does (see "One thread alone"), and a denial costs what plain GCRA's
+//! does (see "The cached denial"), so a flood over the cap does not pay for the leases. Decisions are the core [`Decision`](tollgate_core::Decision)s; a cost above the burst
 //! is a [`CheckError`](tollgate_core::CheckError). `remaining` and `reset_after` are approximate
 //! (this stripe's lease plus what the shared state had free when the lease was taken).
 //!
@@ -55,7 +55,49 @@
 //!
 //! **Denials.** A denial writes nothing to the shared word: the lease transition stores only when it
 //! grants at least the request's cost (the stripe then keeps its old lease). The stripe's own word is
-//! locked and unlocked (its generation bumped) when a denial follows a failed refill.
+//! locked and unlocked (its generation bumped) only when a refill was attempted and refused, which
+//! the cached denial makes rare.
+//!
+//! **The cached denial.** A stripe whose word holds no unit (and is not locked) first asks the shared
+//! word itself, with one `Relaxed` load and GCRA's compare: if it refuses `cost` at `now`, that is the
+//! answer, with no lock, no CAS and no write. Only when it could grant does the stripe lock and take a
+//! lease. The shared TAT is the stripe's memory of until when it is refused: a refusal never writes
+//! it, so during a flood of denials its cache line stays shared by every core and the load hits.
+//! (A private copy of the TAT a stripe was refused at would also be one load, but would miss a
+//! give-back or a refund that lowers the TAT, and at a frozen instant deny those units for ever;
+//! the loom model `a_cached_denial_does_not_outlive_a_refund` fails for such a copy.) Its proof
+//! obligations:
+//! * *It never over-admits*: it only denies, and writes nothing, so the admitted stream, and with it
+//!   Invariant I and the conformance proof above, are those of a run without the denied requests.
+//! * *It denies nothing a refill would grant*: with no unit held, the refill's give-back is empty
+//!   (`lo = end`), so the refill's grant is GCRA on the shared TAT at `now` for `cost`; the cached
+//!   denial decides exactly that on a TAT value the word held after this thread's own earlier
+//!   operations on it (coherence), the same value a refill's first attempt could have read. A stale
+//!   value is older, hence (the TAT falls only by give-backs and refunds, which the next decision
+//!   sees) the denial is one the shared word really gave, at most one load ago.
+//! * *It cannot deny for ever*: nothing is remembered between decisions, so once the shared word can
+//!   grant (time passed its TAT, or a give-back or refund lowered it), the next decision on the stripe
+//!   goes to the refill.
+//!
+//! A word holding units (live or expired) takes the locked refill as before, since giving its live
+//! units back may make `cost` fit.
+//!
+//! # One thread alone
+//! A limiter used by one thread at a time gains nothing from leases. It starts on the *alone path*:
+//! `check_at` decides with plain GCRA on the shared word (the same CAS loop and transition as
+//! [`tollgate_core::GcraLimiter`], so its decisions are that limiter's, exactly), after one `Relaxed`
+//! load of a flag on the shared word's cache line. The limiter knows it is alone for free: a
+//! compare-and-swap on the shared word fails only when another thread wrote the word between our read
+//! and our CAS; the first such failure clears the flag and every thread goes to its stripe from its
+//! next decision. Conversely, a stripe that takes four leases in a row with
+//! the shared TAT still at its previous lease's end (nobody else took from the shared word in between:
+//! the give-back test of the lease transition) sets the flag again. Denials never write, so a flood of
+//! denials stays on the alone path at any thread count. The flag is a hint: both paths keep Invariant
+//! I (an alone-path admission is a grant of exactly `cost` units at `max(TAT, now)`, the lease
+//! transition with `want = cost`), so the bounds above hold whatever the flag says and however stale
+//! a thread's view of it is; a stale view costs speed (two threads on the shared word for a moment),
+//! never a unit. Units a stripe still holds when the limiter goes alone expire as wasted, within the
+//! stranded-capacity bound. [`StripedConfig::always_lease`] turns the alone path off.
 //!
 //! # Choosing the lease size
 //! A lease of `g` units saves `g − 1` shared CASes but strands up to `g` units per stripe for up to
@@ -71,7 +113,12 @@
 //! stripe's lock holder writes the lease end and bookkeeping, then publishes the unlocked word with
 //! `Release`; readers load the word with `Acquire` and then the end with `Acquire`, pairing with the
 //! end's `Release` store so that a reader who sees a newer end also sees the lock that preceded it,
-//! and its CAS fails. Generations make a CAS based on a replaced lease fail.
+//! and its CAS fails. Generations make a CAS based on a replaced lease fail. The cached denial adds
+//! one `Relaxed` load of the shared word (argued above) behind the word's `Acquire` load, on which it
+//! relies as the lease path does: a reader that finds units in the word must find their `end` (the
+//! loom model `cached_denials_racing_refills_on_one_stripe_admit_exactly_the_burst` fails when that
+//! load is weakened to `Relaxed`). The alone flag is `Relaxed` throughout: it publishes nothing and
+//! every decision is exact whatever value is read.
 
 mod grant;
 mod lease;

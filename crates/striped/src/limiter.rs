@@ -12,7 +12,7 @@ use tollgate_core::{
 
 use crate::grant::{Grant, alive_units, grant};
 use crate::lease::LeaseWord;
-use crate::sync::{AtomicU64, Ordering, thread_ordinal};
+use crate::sync::{AtomicBool, AtomicU64, Ordering, thread_ordinal};
 
 /// The most stripes a limiter may have.
 pub const MAX_STRIPES: usize = 1 << 12;
@@ -20,6 +20,10 @@ pub const MAX_STRIPES: usize = 1 << 12;
 /// A lease is replaced sooner than this after it was taken → the stripe is "refilling often" and an
 /// adaptive lease doubles.
 const REFILL_TARGET_NANOS: Nanos = 20_000;
+
+/// Refills in a row by one stripe with nobody else taking from the shared word in between, after
+/// which the limiter returns to the alone path (crate docs, "One thread alone").
+const ALONE_AFTER: u64 = 4;
 
 /// Where an admission's units came from, so that [`StripedLimiter::refund`] can give them back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -66,6 +70,10 @@ pub struct StripedConfig {
     pub stripes: Option<usize>,
     /// Lease size; `None`: adaptive, capped at `burst / (4 × stripes)` and 65 536.
     pub lease: Option<LeaseSize>,
+    /// Never take the alone path (see [`StripedLimiter`]'s crate docs, "One thread alone"): every
+    /// decision goes through the calling thread's stripe. `false` (the default): a thread that finds
+    /// the limiter uncontended decides on the shared word directly, as plain GCRA.
+    pub always_lease: bool,
 }
 
 impl StripedConfig {
@@ -78,6 +86,12 @@ impl StripedConfig {
     /// This configuration with lease size `lease`.
     pub fn lease(mut self, lease: LeaseSize) -> Self {
         self.lease = Some(lease);
+        self
+    }
+
+    /// This configuration with the alone path off (`true`) or on (`false`, the default).
+    pub fn always_lease(mut self, always: bool) -> Self {
+        self.always_lease = always;
         self
     }
 }
@@ -144,6 +158,9 @@ struct Stripe {
     free_seen: AtomicU64,
     /// Units that expired unused or could not be given back (diagnostics; monotone).
     wasted: AtomicU64,
+    /// Refills in a row that found the shared TAT at this stripe's previous lease end (nobody else
+    /// took from the shared word in between); at [`ALONE_AFTER`] the limiter takes the alone path.
+    alone_streak: AtomicU64,
 }
 
 impl Stripe {
@@ -157,7 +174,51 @@ impl Stripe {
             tat_seen: AtomicU64::new(0),
             free_seen: AtomicU64::new(0),
             wasted: AtomicU64::new(0),
+            alone_streak: AtomicU64::new(0),
         }
+    }
+}
+
+/// The shared GCRA word and the alone flag, on one cache line: the alone path reads both.
+#[derive(Debug)]
+struct Shared {
+    /// The shared TAT (all `Relaxed`: see [`AtomicState`]).
+    tat: AtomicState,
+    /// Whether threads decide on `tat` directly (the alone path). A hint only: every decision is
+    /// exact on either path, so a stale read costs speed, never a unit (crate docs, "One thread
+    /// alone").
+    alone: AtomicBool,
+}
+
+impl Shared {
+    fn new(tat: Nanos, alone: bool) -> Self {
+        Shared {
+            tat: AtomicState::new(tat),
+            alone: AtomicBool::new(alone),
+        }
+    }
+
+    /// The shared TAT.
+    #[inline]
+    fn load(&self) -> Nanos {
+        self.tat.load()
+    }
+
+    /// [`AtomicState::update`] on the shared TAT.
+    #[inline]
+    fn update<T, E>(
+        &self,
+        current: Nanos,
+        transition: impl FnMut(Nanos) -> Result<(T, Option<Nanos>), E>,
+    ) -> Result<(T, Nanos), E> {
+        self.tat.update(current, transition)
+    }
+
+    /// Another thread wrote the shared word under us: leave the alone path.
+    #[cold]
+    fn contended(&self) {
+        // Relaxed: a hint that publishes nothing (see `alone`).
+        self.alone.store(false, Ordering::Relaxed);
     }
 }
 
@@ -182,7 +243,9 @@ impl Stripe {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct StripedLimiter<C = MonotonicClock> {
-    shared: CachePadded<AtomicState>,
+    shared: CachePadded<Shared>,
+    /// `config.always_lease`.
+    always_lease: bool,
     gcra: Gcra,
     /// The GCRA timeline arithmetic (core's, shared with `Gcra` and the shaper).
     timeline: Timeline,
@@ -259,7 +322,8 @@ impl<C: Clock> StripedLimiter<C> {
             .map(|_| CachePadded::new(Stripe::new(min_lease)))
             .collect();
         Ok(StripedLimiter {
-            shared: CachePadded::new(AtomicState::new(0)),
+            shared: CachePadded::new(Shared::new(0, !config.always_lease)),
+            always_lease: config.always_lease,
             timeline: *gcra.timeline(),
             gcra,
             stripes,
@@ -277,7 +341,7 @@ impl<C: Clock> StripedLimiter<C> {
     /// after the read are not seen (looser by at most what its in-flight callers take).
     pub fn with_shared_tat(self, tat: Nanos) -> Self {
         StripedLimiter {
-            shared: CachePadded::new(AtomicState::new(tat)),
+            shared: CachePadded::new(Shared::new(tat, !self.always_lease)),
             ..self
         }
     }
@@ -393,7 +457,83 @@ impl<C: Clock> StripedLimiter<C> {
         now: Nanos,
         cost: u64,
     ) -> Result<(Decision, LeaseReceipt), CheckError> {
+        // Relaxed: a hint (see `Shared::alone`); either path decides exactly.
+        if self.shared.alone.load(Ordering::Relaxed) {
+            let (decision, word) = self.alone(now, cost)?;
+            // An admission of `cost > 0` always moves the TAT (by `cost × T`), so `word` is the
+            // end of the units it took; a cost of 0 took nothing.
+            let receipt = if decision.is_allowed() && cost > 0 {
+                LeaseReceipt::Shared { end: word }
+            } else {
+                LeaseReceipt::Nothing
+            };
+            return Ok((decision, receipt));
+        }
         self.on_stripe(self.current_stripe(), now, cost)
+    }
+
+    /// The alone path: plain GCRA on the shared word (the same CAS loop and transition as
+    /// [`tollgate_core::GcraLimiter`]), for a thread that found the limiter uncontended. A compare
+    /// and swap that fails (another thread wrote the word between our load and our CAS) is the
+    /// contention this path watches for: the limiter turns to its stripes for everyone's next
+    /// decision. The decision itself is still exact (the loop re-decides on the word it found).
+    /// Returns the decision and the word it was based on or wrote.
+    #[inline(always)]
+    fn alone(&self, now: Nanos, cost: u64) -> Result<(Decision, Nanos), CheckError> {
+        let mut tries = 0u32;
+        let result = self.shared.update(self.shared.load(), |tat| {
+            tries += 1;
+            let transition = self.gcra.decide(tat, now, cost)?;
+            Ok((transition.decision, transition.next))
+        });
+        if tries > 1 {
+            // A failed exchange: another thread wrote the word between our read and our CAS.
+            self.shared.contended();
+        }
+        result
+    }
+
+    /// `on_stripe` on the calling thread's stripe, kept out of line so that `check_at`'s alone path
+    /// inlines into its caller as plain GCRA's does. The cached denial is tried first, so that a
+    /// denial builds no receipt.
+    #[inline(never)]
+    fn check_on_own_stripe(&self, now: Nanos, cost: u64) -> Result<Decision, CheckError> {
+        let index = self.current_stripe();
+        if !(1..=self.max_lease).contains(&cost) {
+            return self
+                .on_stripe(index, now, cost)
+                .map(|(decision, _)| decision);
+        }
+        // `1 ≤ cost ≤ max_lease ≤ burst`: the cost checks of `on_stripe` cannot fail.
+        // Acquire: as the word's load in `on_stripe` (the `end` we may read next must be at least
+        // the one installed with this word).
+        let word = LeaseWord::from_bits(self.stripes[index].word.load(Ordering::Acquire));
+        if let Some(denied) = self.cached_denial(word, now, cost) {
+            return Ok(denied);
+        }
+        self.on_lease(index, word, now, cost)
+            .map(|(decision, _)| decision)
+    }
+
+    /// The cached denial: `Some` when the stripe's `word` holds no unit and the shared word refuses
+    /// `cost` at `now`. With no unit in the lease there is nothing to give back, so a refill would
+    /// be exactly GCRA on the shared word; the shared word is what remembers until when this stripe
+    /// is refused (its TAT, which a refusal never writes), so we answer from it: one load and a
+    /// compare, no lock and no CAS, the same work as plain GCRA's denial. When it could grant, the
+    /// caller locks the stripe and takes a lease. A locked word is not answered here either (the
+    /// caller decides on the shared word directly). The load is `Relaxed` (`AtomicState::load`): a
+    /// denial publishes nothing and reads nothing but the word; whatever value coherence lets us
+    /// read, the denial is one the shared word gave at some point since our own last operation on
+    /// it, and it writes nothing, so it cannot over-admit; and it is not remembered anywhere, so a
+    /// give-back or refund that lowers the TAT is seen by the next decision (crate docs,
+    /// "Denials"; loom-tests: `a_cached_denial_does_not_outlive_a_refund`).
+    #[inline(always)]
+    fn cached_denial(&self, word: LeaseWord, now: Nanos, cost: u64) -> Option<Decision> {
+        if word.units() != 0 || word.is_locked() {
+            return None;
+        }
+        let transition = self.timeline.transition(self.shared.load(), now, cost);
+        (!transition.decision.is_allowed()).then_some(transition.decision)
     }
 
     /// A decision on stripe `stripe` (masked to the stripe count), with the receipt of where the
@@ -420,11 +560,28 @@ impl<C: Clock> StripedLimiter<C> {
         // Acquire: pairs with the lock holder's Release store of the word, so the `end` we read next
         // is at least the one installed with this word (loom-tests/tests/striped.rs: the
         // `a_reader_*` models).
-        let mut word = LeaseWord::from_bits(stripe.word.load(Ordering::Acquire));
+        let word = LeaseWord::from_bits(stripe.word.load(Ordering::Acquire));
+        self.on_lease(index, word, now, cost)
+    }
+
+    /// The lease path of `on_stripe` for `1 ≤ cost ≤ max_lease` on stripe `index` (in range), from
+    /// its word `word` read with `Acquire`.
+    #[inline]
+    fn on_lease(
+        &self,
+        index: usize,
+        mut word: LeaseWord,
+        now: Nanos,
+        cost: u64,
+    ) -> Result<(Decision, LeaseReceipt), CheckError> {
+        let stripe = &self.stripes[index];
         loop {
             if word.is_locked() {
                 // Someone is replacing this stripe's lease: go to the shared state, do not wait.
                 return Ok(self.direct(now, cost));
+            }
+            if let Some(denied) = self.cached_denial(word, now, cost) {
+                return Ok((denied, LeaseReceipt::Nothing));
             }
             // Acquire: pairs with the Release store of `end` by any later lock holder; if we read a
             // newer `end` than `word`'s, that holder's locking CAS happens-before our CAS below,
@@ -556,7 +713,10 @@ impl<C: Clock> StripedLimiter<C> {
                 size = (size / 2).max(self.min_lease);
             }
         }
-        let give_back = (alive > 0).then(|| (end - alive * self.timeline.interval(), end));
+        // Offered even when no unit is alive: `returned` then still says whether the shared TAT was
+        // our old lease's end, i.e. nobody took from the shared word since our last lease (with
+        // `lo == end` the grant starts where it would have anyway).
+        let give_back = Some((end - alive * self.timeline.interval(), end));
         let want = size.max(cost);
         let outcome = self.take(now, cost, want, give_back);
         match outcome {
@@ -567,6 +727,21 @@ impl<C: Clock> StripedLimiter<C> {
             } => {
                 let lost = if returned { dead } else { dead + alive };
                 let new_end = base + units * self.timeline.interval();
+                // Relaxed load and store: the streak is the lock holder's alone (published to the
+                // next holder like the rest of the bookkeeping, by the Release store of the word).
+                let streak = if returned {
+                    stripe.alone_streak.load(Ordering::Relaxed) + 1
+                } else {
+                    0
+                };
+                if streak >= ALONE_AFTER && !self.always_lease {
+                    // This stripe alone has taken from the shared word `ALONE_AFTER` times running:
+                    // nobody else is deciding. Relaxed: a hint (see `Shared::alone`).
+                    self.shared.alone.store(true, Ordering::Relaxed);
+                    stripe.alone_streak.store(0, Ordering::Relaxed);
+                } else {
+                    stripe.alone_streak.store(streak, Ordering::Relaxed);
+                }
                 // Relaxed stores: published by the Release store of the word below.
                 stripe.size.store(size, Ordering::Relaxed);
                 stripe.taken_at.store(now, Ordering::Relaxed);
@@ -781,6 +956,21 @@ impl<C: Clock> StripedLimiter<C> {
             .sum()
     }
 
+    /// Whether decisions currently take the alone path (plain GCRA on the shared word). Feature
+    /// `diagnostics`.
+    #[cfg(feature = "diagnostics")]
+    pub fn is_alone(&self) -> bool {
+        // Relaxed: a diagnostic snapshot of a hint.
+        self.shared.alone.load(Ordering::Relaxed)
+    }
+
+    /// Leaves the alone path as a failed compare-and-swap on it does, for models and tests that
+    /// cannot make one fail on purpose (feature `diagnostics`).
+    #[cfg(feature = "diagnostics")]
+    pub fn mark_contended(&self) {
+        self.shared.contended();
+    }
+
     /// The shared GCRA state: the instant the quota's bucket would be full again if every lease
     /// were used. A limiter rebuilt with [`with_shared_tat`](Self::with_shared_tat) at this value
     /// continues the same timeline (the policy engine's reload of a striped rule does this).
@@ -807,10 +997,13 @@ impl<C: Clock> Limiter for StripedLimiter<C> {
     /// Decides on the calling thread's stripe. `remaining` is approximate: this stripe's lease plus
     /// what the shared state had free when the lease was taken (other stripes' leases and later
     /// grants are not seen).
-    #[inline]
+    #[inline(always)]
     fn check_at(&self, now: Nanos, cost: u64) -> Result<Decision, CheckError> {
-        self.on_stripe(self.current_stripe(), now, cost)
-            .map(|(decision, _)| decision)
+        // Relaxed: a hint (see `Shared::alone`); either path decides exactly.
+        if self.shared.alone.load(Ordering::Relaxed) {
+            return self.alone(now, cost).map(|(decision, _)| decision);
+        }
+        self.check_on_own_stripe(now, cost)
     }
 
     /// What the calling thread's stripe would decide; approximate, as for `check_at`.

@@ -419,3 +419,57 @@ fn a_retired_limiter_grants_nothing_more_but_its_stripes_use_their_leases() {
     fresh.raise_shared_tat(2 * T);
     assert_eq!(fresh.shared_tat(), 7 * T);
 }
+
+#[test]
+fn a_cached_denial_writes_nothing_not_even_the_stripes_word() {
+    // Burst 4, one stripe, leases of 4: the lease takes the whole burst and is used up at 0.
+    let l = limiter(4, 1, LeaseSize::Fixed(4));
+    let (decision, receipt) = l.check_on_stripe_with_receipt(0, 0, 1).unwrap();
+    assert!(decision.is_allowed());
+    for _ in 0..3 {
+        assert!(l.check_on_stripe(0, 0, 1).unwrap().is_allowed());
+    }
+    // A flood of denials on the used-up lease: each answered from the shared word.
+    for _ in 0..100 {
+        let denied = l.check_on_stripe(0, T / 2, 1).unwrap();
+        assert_eq!(denied.retry_after(), Some(Duration::from_nanos(T / 2)));
+        assert_eq!(denied.reset_after(), Duration::from_nanos(4 * T - T / 2));
+    }
+    assert_eq!(l.shared_tat(), 4 * T);
+    // The lease word kept its generation (a denied refill used to lock it and bump it), so a
+    // refund against the lease still lands in it, and the unit is used again without the shared
+    // word.
+    assert!(l.refund(receipt, 1));
+    assert!(l.check_on_stripe(0, T / 2, 1).unwrap().is_allowed());
+    assert_eq!(l.shared_tat(), 4 * T);
+}
+
+#[test]
+fn one_thread_alone_takes_no_lease_and_contention_sends_it_to_the_stripes() {
+    let quota = Quota::per_second(10).unwrap().with_burst(8).unwrap();
+    let config = StripedConfig::default()
+        .stripes(2)
+        .lease(LeaseSize::Fixed(4));
+    let l = StripedLimiter::with_config(quota, config, ManualClock::new()).unwrap();
+    assert!(l.is_alone());
+    let (decision, receipt) = l.check_at_with_receipt(0, 1).unwrap();
+    assert!(decision.is_allowed());
+    assert_eq!(receipt, tollgate_striped::LeaseReceipt::Shared { end: T });
+    assert_eq!(
+        (l.shared_tat(), l.stranded_units()),
+        (T, 0),
+        "no lease taken"
+    );
+    l.mark_contended();
+    assert!(l.check().is_allowed());
+    assert_eq!(
+        l.shared_tat(),
+        5 * T,
+        "a lease of 4 on the calling thread's stripe"
+    );
+    assert_eq!(l.stranded_units(), 3);
+    // The config can keep every decision on the stripes.
+    let config = StripedConfig::default().stripes(2).always_lease(true);
+    let l = StripedLimiter::with_config(quota, config, ManualClock::new()).unwrap();
+    assert!(!l.is_alone());
+}
