@@ -148,12 +148,11 @@ impl QuotaLimiter {
     }
 
     /// The wait until more than `remaining` units pass, from an admission alone (no round trip):
-    /// [`store::next_unit`](crate::store::next_unit) for the buckets and the fixed window, the
-    /// window's end for the sliding window (an upper bound), unknown in lease mode (`remaining` is
-    /// this process's lease).
+    /// [`store::next_unit`](crate::store::next_unit) for the buckets and the fixed window (in lease
+    /// mode on the shared bucket's estimate the leased limiter reports), the window's end for the
+    /// sliding window (an upper bound).
     fn next_unit(&self, decision: &Decision) -> Option<Duration> {
         match self.limiter {
-            Limiter::Lease(_) => None,
             Limiter::Sliding(_) => match *decision {
                 Decision::Allowed {
                     remaining,

@@ -557,3 +557,55 @@ impl SplitMix {
         lo + self.next() % (hi - lo)
     }
 }
+
+/// Issue 26 item 6: a lease-mode answer reports the shared quota, not the replica's lease. Quota
+/// 200 with leases of 10: the answers count down from 199 and never say 0 while the quota has room;
+/// the first admission on a 10/s key reports what the per-request and embedded modes report
+/// (remaining 9, reset 100 ms, next unit in 100 ms: the RateLimit field's `t=1`).
+#[tokio::test]
+async fn lease_mode_reports_the_shared_quota() {
+    let server = RedisServer::start();
+    let now = 500_000 * 3_600_000_000_000 + 1_000_000_000;
+    let lease = |prefix: &str| RedisSettings {
+        prefix: prefix.to_owned(),
+        lease: Some(tollgate_redis::LeaseConfig {
+            size: 10,
+            ..Default::default()
+        }),
+        ..settings()
+    };
+    let big =
+        PolicyConfig::from_toml("[[rules]]\nname = \"g\"\nlimit = 200\nperiod = \"1h\"\n").unwrap();
+    let policy = RedisPolicy::new(big, conn(&server), lease("big:")).unwrap();
+    for expected in (170..200).rev() {
+        let (d, _) = policy.check_at(&[], now, 1).await.unwrap();
+        assert!(d.is_allowed());
+        assert_eq!(
+            d.decision.remaining(),
+            expected,
+            "the shared quota, not the lease"
+        );
+    }
+
+    let small =
+        PolicyConfig::from_toml("[[rules]]\nname = \"g\"\nlimit = 10\nperiod = \"1s\"\n").unwrap();
+    let leased = RedisPolicy::new(small.clone(), conn(&server), lease("l:")).unwrap();
+    let per_request = RedisPolicy::new(small.clone(), conn(&server), settings()).unwrap();
+    let embedded = Policy::with_clock(small, ManualClock::starting_at(now)).unwrap();
+    let (l, l_next) = leased.check_at(&[], now, 1).await.unwrap();
+    let (p, p_next) = per_request.check_at(&[], now, 1).await.unwrap();
+    let (e, e_next) = embedded.check_next_at(&[], now, 1).unwrap();
+    for (d, next, mode) in [(&l, l_next, "lease"), (&p, p_next, "per request")] {
+        assert_eq!(d.decision.remaining(), e.decision.remaining(), "{mode}");
+        assert_eq!(d.decision.reset_after(), e.decision.reset_after(), "{mode}");
+        assert_eq!(next, e_next, "{mode}");
+    }
+    assert_eq!(
+        (l.decision.remaining(), l.decision.reset_after(), l_next),
+        (
+            9,
+            Duration::from_millis(100),
+            Some(Duration::from_millis(100))
+        )
+    );
+}
