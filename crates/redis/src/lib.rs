@@ -11,6 +11,8 @@
 //!   request, whatever the number of keys; all keys on one node (one hash slot on a cluster).
 //! * [`LeasedLimiter`]: each instance leases up to `k` units of a shared GCRA bucket per call and
 //!   admits locally; bounded error (see its docs), ≥ 100× fewer round-trips.
+//! * [`connect_with`]: AUTH (a password or an ACL user, [`Secret`]s that never print) and TLS
+//!   (`rediss://`, a CA file, a client certificate; feature `tls`, rustls).
 //! * [`RedisConfig`]: key prefix, per-call timeout, [`FaultPolicy`] (fail open or closed),
 //!   [`TimeSource`] (server `TIME` by default, or the client's clock).
 //!
@@ -104,6 +106,7 @@
 //! reconnects after the server comes back; scripts are sent by SHA and reloaded on `NOSCRIPT`, so a
 //! restarted server needs nothing from you.
 
+mod auth;
 mod batch;
 mod breaker;
 mod config;
@@ -116,6 +119,7 @@ mod scripts;
 
 use std::time::Duration;
 
+pub use auth::{ConnectOptions, Secret, TlsFiles, connect_with};
 pub use batch::{BatchEncoding, BatchKey, BatchLimit, RedisBatch, admitted};
 pub use breaker::{BreakerConfig, BreakerState, BreakerStats};
 pub use config::{FaultPolicy, RedisConfig, TimeSource};
