@@ -148,12 +148,11 @@ impl QuotaLimiter {
     }
 
     /// The wait until more than `remaining` units pass, from an admission alone (no round trip):
-    /// [`store::next_unit`](crate::store::next_unit) for the buckets and the fixed window, the
-    /// window's end for the sliding window (an upper bound), unknown in lease mode (`remaining` is
-    /// this process's lease).
+    /// [`store::next_unit`](crate::store::next_unit) for the buckets and the fixed window (in lease
+    /// mode on the shared bucket's estimate the leased limiter reports), the window's end for the
+    /// sliding window (an upper bound).
     fn next_unit(&self, decision: &Decision) -> Option<Duration> {
         match self.limiter {
-            Limiter::Lease(_) => None,
             Limiter::Sliding(_) => match *decision {
                 Decision::Allowed {
                     remaining,
@@ -182,14 +181,15 @@ pub(crate) struct RedisStore {
     labels: Vec<(String, String)>,
 }
 
-fn label(algorithm: AlgorithmKind, quota: &Quota) -> String {
+/// The algorithm's part of a rule's keys. Not the quota: every quota of a rule (a reload, an
+/// override) reads and writes the same key, whose stored quota tag lets the scripts carry the state
+/// over as-is.
+fn label(algorithm: AlgorithmKind) -> &'static str {
     match algorithm {
-        AlgorithmKind::Gcra => "gcra".to_owned(),
-        AlgorithmKind::LeakyBucket => "leaky_bucket".to_owned(),
-        AlgorithmKind::FixedWindow => format!("fixed_window@{}ms", quota.period().as_millis()),
-        AlgorithmKind::SlidingWindow => {
-            format!("sliding_window@{}ms", quota.period().as_millis())
-        }
+        AlgorithmKind::Gcra => "gcra",
+        AlgorithmKind::LeakyBucket => "leaky_bucket",
+        AlgorithmKind::FixedWindow => "fixed_window",
+        AlgorithmKind::SlidingWindow => "sliding_window",
     }
 }
 
@@ -232,7 +232,7 @@ impl RedisStore {
                     quotas.push(*q);
                 }
             }
-            let relative = format!("{}:{}:", rule.name, label(rule.algorithm, &rule.quota));
+            let relative = format!("{}:{}:", rule.name, label(rule.algorithm));
             let prefix = format!("{}{relative}", settings.prefix);
             let config = RedisConfig::default()
                 .with_prefix(prefix.clone())
@@ -497,9 +497,11 @@ struct RedisLive {
 /// # Keys
 /// A rule's key `k` lives at `<prefix><rule>:<algorithm>:<k>`: `k` is the descriptor's value for a
 /// rule keyed by one descriptor, the hex of the length-prefixed encoding for several, empty for a
-/// global rule. The window algorithms' label carries the window length (`fixed_window@60000ms`), so
-/// a reload that changes the window starts those keys fresh, while a changed limit or burst reads the
-/// existing state under the new quota (no fresh burst). GCRA and the lease mode share a label.
+/// global rule; `<algorithm>` is `gcra`, `leaky_bucket`, `fixed_window` or `sliding_window` (GCRA
+/// and the lease mode share it). Every quota of a rule (its own, its overrides', before and after a
+/// reload) uses the same key: see [`reload`](Self::reload) for how a state crosses a quota change.
+/// (Versions before quota tags put the window length in the windows' label, `fixed_window@60000ms`:
+/// their window keys start fresh once after the upgrade.)
 ///
 /// # When Redis cannot answer
 /// Each limiter sits behind tollgate-redis's circuit breaker. [`RedisSettings::fail`] gives the
@@ -665,10 +667,20 @@ impl RedisPolicy {
     /// that stays keeps its counters; a limiter whose prefix, algorithm, quota and settings stay
     /// is kept (its breaker, its live leases); the state in Redis stays where its key stays.
     ///
-    /// Unlike [`Policy::reload`](crate::Policy::reload), which carries a key's units over as they
-    /// are, a changed quota here reads each key's stored state (a GCRA timestamp, a window count)
-    /// under the new quota: a key that just spent its burst can get up to the new burst at the
-    /// reload instant (10/s to 10/min: 9 units). Known gap, stated in the README.
+    /// **A changed quota carries each key's state over as-is in units**, as
+    /// [`Policy::reload`](crate::Policy::reload) does (a rule's limit, burst or window, an override
+    /// added, changed or removed; every algorithm; per request and lease mode): each stored state
+    /// names the quota it was written under, and the first script that touches the key under
+    /// another quota converts it with the core's
+    /// [`Algorithm::carry_over`](tollgate_core::Algorithm::carry_over) at that instant and stores
+    /// the result (even when it denies). The key keeps `min(what it could take under its old quota
+    /// then, the new capacity)`: a key that just spent its burst gets nothing back whichever way the
+    /// quota changed. One difference from the in-process reload: the conversion happens at the
+    /// key's first call after the reload, not at the reload instant, so a key idle across the
+    /// reload refills under its old quota until then (it never holds more than the old quota would
+    /// have given it, nor more than the new capacity). Replicas reloaded at different times convert
+    /// back and forth as-is; each conversion only keeps or drops units. A changed algorithm is a
+    /// new key (fresh), as in process.
     ///
     /// # Errors
     /// As [`new`](Self::new); the old rules stay in force.

@@ -362,3 +362,250 @@ async fn lease_mode_refuses_a_rule_that_is_not_gcra() {
     assert_eq!(error.rule.as_deref(), Some("windowed"));
     assert_eq!(error.kind, tollgate_policy::ConfigErrorKind::LeaseNeedsGcra);
 }
+
+/// One keyed rule of `algorithm`: `limit` per `period`, `burst` for the buckets, and an override
+/// for `"vip"` when given.
+fn one_rule(
+    algorithm: &str,
+    limit: u64,
+    period: &str,
+    burst: Option<u64>,
+    vip: Option<(u64, &str)>,
+) -> PolicyConfig {
+    let mut toml = format!(
+        "[[rules]]\nname = \"r\"\nmatch = {{ user = \"any\" }}\nkey = [\"user\"]\n\
+         algorithm = \"{algorithm}\"\nlimit = {limit}\nperiod = \"{period}\"\n"
+    );
+    if let Some(burst) = burst {
+        toml.push_str(&format!("burst = {burst}\n"));
+    }
+    if let Some((limit, period)) = vip {
+        toml.push_str(&format!(
+            "[[overrides]]\nrule = \"r\"\nvalues = [\"vip\"]\nlimit = {limit}\nperiod = \"{period}\"\n"
+        ));
+    }
+    PolicyConfig::from_toml(&toml).unwrap()
+}
+
+/// Issue 24 item 4 on Redis: a key that spent a burst of 10 at 10/s gets nothing at the reload
+/// instant when the rule becomes 10/min, when its burst (a window's limit) becomes 30, or when an
+/// override of 10/min is added for it; in both modes and for every algorithm each mode runs.
+#[tokio::test]
+async fn a_spent_burst_gets_nothing_back_at_a_reload_on_redis() {
+    let server = RedisServer::start();
+    let now = 500_000 * 3_600_000_000_000 + 1_000_000_000;
+    let lease = RedisSettings {
+        prefix: "lease:".to_owned(),
+        lease: Some(tollgate_redis::LeaseConfig::default()),
+        ..settings()
+    };
+    let modes = [
+        (
+            settings(),
+            &["gcra", "leaky_bucket", "fixed_window", "sliding_window"][..],
+        ),
+        (lease, &["gcra"][..]),
+    ];
+    for (mode, algorithms) in modes {
+        for algorithm in algorithms {
+            let bucket = matches!(*algorithm, "gcra" | "leaky_bucket");
+            let before = one_rule(algorithm, 10, "1s", None, None);
+            let wider = if bucket {
+                one_rule(algorithm, 10, "1s", Some(30), None)
+            } else {
+                one_rule(algorithm, 30, "1s", None, None)
+            };
+            let afters = [
+                ("10/min", one_rule(algorithm, 10, "1m", None, None), "u"),
+                ("burst 30", wider, "u"),
+                (
+                    "override",
+                    one_rule(algorithm, 10, "1s", None, Some((10, "1m"))),
+                    "vip",
+                ),
+            ];
+            for (case, after, user) in afters {
+                let policy = RedisPolicy::new(before.clone(), conn(&server), mode.clone()).unwrap();
+                let request = [("user", user)];
+                for _ in 0..10 {
+                    let (d, _) = policy.check_at(&request, now, 1).await.unwrap();
+                    assert!(d.is_allowed(), "{algorithm} {case}: the burst");
+                }
+                assert!(
+                    !policy
+                        .check_at(&request, now, 1)
+                        .await
+                        .unwrap()
+                        .0
+                        .is_allowed()
+                );
+                policy.reload(after).unwrap();
+                let (d, _) = policy.check_at(&request, now, 1).await.unwrap();
+                assert!(
+                    !d.is_allowed(),
+                    "{algorithm} {case} ({:?}): a unit at the reload instant",
+                    mode.lease
+                );
+                // Clean up for the next case (the same key names).
+                let mut c = conn(&server);
+                let _: () = redis::cmd("FLUSHALL").query_async(&mut c).await.unwrap();
+            }
+        }
+    }
+}
+
+/// Random quota pairs of random algorithms, a random spend, a reload, then requests at the reload
+/// instant: the Redis policy answers exactly as the in-process policy, whose reload carries each
+/// key over as-is (so never more than either quota allows).
+#[tokio::test]
+async fn a_reload_on_redis_carries_over_as_the_in_process_policy_does() {
+    let server = RedisServer::start();
+    let mut rng = SplitMix(24);
+    let algorithms = ["gcra", "leaky_bucket", "fixed_window", "sliding_window"];
+    let periods = ["1s", "10s", "1m", "1h"];
+    let now = 500_000 * 3_600_000_000_000 + 1_000_000_000;
+    let mut compared = 0;
+    for round in 0..60 {
+        let algorithm = algorithms[rng.random_range(0..4) as usize];
+        let bucket = matches!(algorithm, "gcra" | "leaky_bucket");
+        let quota = |rng: &mut SplitMix| {
+            let limit = rng.random_range(1..=20);
+            let period = periods[rng.random_range(0..4) as usize];
+            let burst = (bucket && rng.random_range(0..2) == 1).then(|| rng.random_range(1..=30));
+            (limit, period, burst)
+        };
+        let (a, b) = (quota(&mut rng), quota(&mut rng));
+        let old = one_rule(algorithm, a.0, a.1, a.2, None);
+        let new = one_rule(algorithm, b.0, b.1, b.2, None);
+        let mut local_old = old.clone();
+        local_old.rules[0].capacity = Some(64);
+        let mut local_new = new.clone();
+        local_new.rules[0].capacity = Some(64);
+        let prefix = RedisSettings {
+            prefix: format!("p{round}:"),
+            ..settings()
+        };
+        let redis = RedisPolicy::new(old, conn(&server), prefix).unwrap();
+        let clock = ManualClock::starting_at(now);
+        let local = Policy::with_clock(local_old, clock.clone()).unwrap();
+        let request = [("user", "u")];
+        for _ in 0..rng.random_range(0..25) {
+            let cost = rng.random_range(1..=3);
+            let want = local
+                .check_next_at(&request, now, cost)
+                .map(|(d, _)| d.is_allowed());
+            let have = redis
+                .check_at(&request, now, cost)
+                .await
+                .map(|(d, _)| d.is_allowed());
+            assert_eq!(have, want, "round {round}: before the reload");
+        }
+        clock.set(now);
+        local.reload(local_new).unwrap();
+        redis.reload(new).unwrap();
+        for i in 0..rng.random_range(1..8) {
+            let cost = rng.random_range(1..=3);
+            let want = local.check_next_at(&request, now, cost);
+            let have = redis.check_at(&request, now, cost).await;
+            match (want, have) {
+                (Ok((w, _)), Ok((h, _))) => {
+                    assert_eq!(
+                        h.is_allowed(),
+                        w.is_allowed(),
+                        "round {round} request {i}: {a:?} -> {b:?} {algorithm}"
+                    );
+                    assert_eq!(
+                        h.decision.remaining(),
+                        w.decision.remaining(),
+                        "round {round} request {i}"
+                    );
+                    compared += 1;
+                }
+                (Err(w), Err(h)) => assert_eq!(h, w),
+                (w, h) => panic!("round {round}: in process {w:?}, on Redis {h:?}"),
+            }
+        }
+    }
+    assert!(compared > 100, "{compared}");
+}
+
+/// A small deterministic generator for the property test (splitmix64).
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform enough in `range` for test inputs.
+    fn random_range<R: std::ops::RangeBounds<u64>>(&mut self, range: R) -> u64 {
+        use std::ops::Bound::*;
+        let lo = match range.start_bound() {
+            Included(&x) => x,
+            Excluded(&x) => x + 1,
+            Unbounded => 0,
+        };
+        let hi = match range.end_bound() {
+            Included(&x) => x + 1,
+            Excluded(&x) => x,
+            Unbounded => u64::MAX,
+        };
+        lo + self.next() % (hi - lo)
+    }
+}
+
+/// Issue 26 item 6: a lease-mode answer reports the shared quota, not the replica's lease. Quota
+/// 200 with leases of 10: the answers count down from 199 and never say 0 while the quota has room;
+/// the first admission on a 10/s key reports what the per-request and embedded modes report
+/// (remaining 9, reset 100 ms, next unit in 100 ms: the RateLimit field's `t=1`).
+#[tokio::test]
+async fn lease_mode_reports_the_shared_quota() {
+    let server = RedisServer::start();
+    let now = 500_000 * 3_600_000_000_000 + 1_000_000_000;
+    let lease = |prefix: &str| RedisSettings {
+        prefix: prefix.to_owned(),
+        lease: Some(tollgate_redis::LeaseConfig {
+            size: 10,
+            ..Default::default()
+        }),
+        ..settings()
+    };
+    let big =
+        PolicyConfig::from_toml("[[rules]]\nname = \"g\"\nlimit = 200\nperiod = \"1h\"\n").unwrap();
+    let policy = RedisPolicy::new(big, conn(&server), lease("big:")).unwrap();
+    for expected in (170..200).rev() {
+        let (d, _) = policy.check_at(&[], now, 1).await.unwrap();
+        assert!(d.is_allowed());
+        assert_eq!(
+            d.decision.remaining(),
+            expected,
+            "the shared quota, not the lease"
+        );
+    }
+
+    let small =
+        PolicyConfig::from_toml("[[rules]]\nname = \"g\"\nlimit = 10\nperiod = \"1s\"\n").unwrap();
+    let leased = RedisPolicy::new(small.clone(), conn(&server), lease("l:")).unwrap();
+    let per_request = RedisPolicy::new(small.clone(), conn(&server), settings()).unwrap();
+    let embedded = Policy::with_clock(small, ManualClock::starting_at(now)).unwrap();
+    let (l, l_next) = leased.check_at(&[], now, 1).await.unwrap();
+    let (p, p_next) = per_request.check_at(&[], now, 1).await.unwrap();
+    let (e, e_next) = embedded.check_next_at(&[], now, 1).unwrap();
+    for (d, next, mode) in [(&l, l_next, "lease"), (&p, p_next, "per request")] {
+        assert_eq!(d.decision.remaining(), e.decision.remaining(), "{mode}");
+        assert_eq!(d.decision.reset_after(), e.decision.reset_after(), "{mode}");
+        assert_eq!(next, e_next, "{mode}");
+    }
+    assert_eq!(
+        (l.decision.remaining(), l.decision.reset_after(), l_next),
+        (
+            9,
+            Duration::from_millis(100),
+            Some(Duration::from_millis(100))
+        )
+    );
+}

@@ -51,6 +51,18 @@ impl Storage {
 /// sets the key's TTL to [`ttl`](Self::ttl) rounded up to whole ms. Per algorithm, where a µs clock
 /// forces rounding, the implementation says so.
 ///
+/// **A state remembers its quota.** Every write stores, with the state, the quota it was written
+/// under ([`ScriptParams::quota_tag`]). A script running under other parameters (the limit changed
+/// under the same key: a reload, an override) reads such a state as the core's
+/// [`Algorithm::carry_over`] would carry it at that instant: **as-is in units** (the key keeps
+/// `min(the units it could take under its quota then, the new capacity)`, the rest counted as spent
+/// at that instant; a state fresh under its quota stays fresh), and stores the result under the new
+/// quota even when it denies, so the key never goes on refilling under the quota it left. So a key
+/// that just spent its burst gets nothing back whichever way its quota changed, and never more than
+/// it could have had under either quota. The carry-over happens at the key's first call under the
+/// new quota: a key idle across the change refills under the quota it was written under until then.
+/// A state without a tag (written by a version before tags) is read under the caller's quota.
+///
 /// Scripts follow one calling convention: `KEYS[1]` the key; `ARGV[1]` now in µs (empty: the server's
 /// `TIME`), `ARGV[2]` the cost, `ARGV[3]` `1` for a peek (decide, write nothing), then
 /// [`ScriptParams::args`]. The reply is `{allowed (0/1), remaining, retry_after, reset_after}`,
@@ -193,15 +205,22 @@ fn tat_refund_cost(quota: &Quota, cost: u64) -> Option<u64> {
         .map(|_| cost)
 }
 
-/// The GCRA state word (the TAT in ns) as the stored string, and back.
-fn tat_encode(word: u64) -> Vec<String> {
-    vec![word.to_string()]
+/// The GCRA state word (the TAT in ns) as the stored string (`<tat>;<quota tag>`), and back.
+fn tat_encode(word: u64, params: Result<ScriptParams, QuotaError>) -> Vec<String> {
+    match params {
+        Ok(params) => vec![format!("{word};{}", params.quota_tag())],
+        // A quota no script runs: no tag (read under whichever quota reads it).
+        Err(_) => vec![word.to_string()],
+    }
 }
 
-fn tat_decode(values: &[Option<String>]) -> Result<u64, String> {
+fn tat_decode(
+    values: &[Option<String>],
+    params: Result<ScriptParams, QuotaError>,
+) -> Result<u64, String> {
     match values {
         [None] => Ok(0),
-        [Some(raw)] => match raw.parse::<u64>() {
+        [Some(raw)] => match untag(raw, params)?.parse::<u64>() {
             // The scripts' own bound: a TAT within 2^53 whole µs (they also refuse one more than
             // 2^52 units ahead of now, which needs `now`).
             Ok(tat) if tat / 1000 < 2 * LUA_PARAM_MAX => Ok(tat),
@@ -211,8 +230,19 @@ fn tat_decode(values: &[Option<String>]) -> Result<u64, String> {
     }
 }
 
+/// `raw` without its quota tag, which must be `params`' (or absent: a state from before tags).
+fn untag(raw: &str, params: Result<ScriptParams, QuotaError>) -> Result<&str, String> {
+    match raw.split_once(';') {
+        None => Ok(raw),
+        Some((state, tag)) => match params {
+            Ok(p) if p.quota_tag() == tag => Ok(state),
+            _ => Err(format!("{raw:?} was written under another quota")),
+        },
+    }
+}
+
 /// GCRA in Redis: the key is a string, the TAT in nanoseconds since the Unix epoch (the core's state
-/// word, in decimal).
+/// word, in decimal), then `;` and the quota tag (see the trait's docs).
 ///
 /// **Exact for every quota whose bucket depth is below 2^51 units**, the unit being
 /// `gcd(interval, 1000 ns)`: the script splits the stored TAT into whole µs and nanoseconds and
@@ -248,11 +278,11 @@ impl RedisEncoding for Gcra {
     }
 
     fn encode(&self, word: u64) -> Vec<String> {
-        tat_encode(word)
+        tat_encode(word, self.script_params())
     }
 
     fn decode(&self, values: &[Option<String>]) -> Result<u64, String> {
-        tat_decode(values)
+        tat_decode(values, self.script_params())
     }
 
     fn ttl(&self, tat: u64, now: Nanos) -> Nanos {
@@ -286,11 +316,11 @@ impl RedisEncoding for LeakyBucket {
     }
 
     fn encode(&self, word: u64) -> Vec<String> {
-        tat_encode(word)
+        tat_encode(word, self.script_params())
     }
 
     fn decode(&self, values: &[Option<String>]) -> Result<u64, String> {
-        tat_decode(values)
+        tat_decode(values, self.script_params())
     }
 
     fn ttl(&self, empty_at: u64, now: Nanos) -> Nanos {
@@ -348,14 +378,29 @@ impl WindowUnits {
     }
 }
 
-/// Reads hash fields as integers: all absent, the fresh state; all present, the values; else corrupt
-/// (as the scripts read them).
-fn counts<const N: usize>(values: &[Option<String>]) -> Result<Option<[u64; N]>, String> {
+/// Reads hash fields as integers, then the quota tag `q` (the last value: absent, or `params`'):
+/// all absent, the fresh state; all present, the values; else corrupt (as the scripts read them).
+fn counts<const N: usize>(
+    values: &[Option<String>],
+    params: Result<ScriptParams, QuotaError>,
+) -> Result<Option<[u64; N]>, String> {
+    let [values @ .., tag] = values else {
+        return Err("no values".to_owned());
+    };
     if values.len() != N {
-        return Err(format!("{} values, want {N}", values.len()));
+        return Err(format!("{} values, want {}", values.len() + 1, N + 1));
     }
     if values.iter().all(Option::is_none) {
-        return Ok(None);
+        return match tag {
+            None => Ok(None),
+            Some(_) => Err("a quota tag without a state".to_owned()),
+        };
+    }
+    if let Some(tag) = tag {
+        match params {
+            Ok(p) if p.quota_tag() == *tag => {}
+            _ => return Err(format!("written under another quota ({tag:?})")),
+        }
     }
     let mut out = [0; N];
     for (o, v) in out.iter_mut().zip(values) {
@@ -368,14 +413,15 @@ fn counts<const N: usize>(values: &[Option<String>]) -> Result<Option<[u64; N]>,
 }
 
 /// Fixed window in Redis: the key is a hash `{i: window index, c: count}` (the core's
-/// [`FixedState`]), the index counted in windows since the Unix epoch.
+/// [`FixedState`]), the index counted in windows since the Unix epoch, and `q`, the quota tag (see
+/// the trait's docs).
 ///
 /// The script computes in whole µs, so [`redis_quota`](RedisEncoding::redis_quota) rounds a period
 /// that is not whole µs up to the next µs (a rate lower by less than 1 µs per window; periods built
 /// from seconds, minutes or hours are unchanged). For such periods decisions equal the core's
 /// exactly, to the nanosecond.
 impl RedisEncoding for FixedWindow {
-    const STORAGE: Storage = Storage::Hash(&["i", "c"]);
+    const STORAGE: Storage = Storage::Hash(&["i", "c", "q"]);
 
     fn script() -> &'static Script {
         &FIXED_WINDOW
@@ -395,11 +441,16 @@ impl RedisEncoding for FixedWindow {
 
     fn encode(&self, word: u64) -> Vec<String> {
         let s = self.layout().unpack(word);
-        vec![s.index.to_string(), s.count.to_string()]
+        vec![
+            s.index.to_string(),
+            s.count.to_string(),
+            self.script_params()
+                .map_or_else(|_| String::new(), |p| p.quota_tag()),
+        ]
     }
 
     fn decode(&self, values: &[Option<String>]) -> Result<u64, String> {
-        let Some([index, count]) = counts::<2>(values)? else {
+        let Some([index, count]) = counts::<2>(values, self.script_params())? else {
             return Ok(0);
         };
         let layout = self.layout();
@@ -418,14 +469,14 @@ impl RedisEncoding for FixedWindow {
 }
 
 /// Sliding window counter in Redis: the key is a hash `{i: window index, p: previous count, c:
-/// current count}` (the core's [`SlidingState`]).
+/// current count}` (the core's [`SlidingState`]) and `q`, the quota tag (see the trait's docs).
 ///
 /// As the fixed window: a period that is not whole µs is rounded up to the next µs by
 /// [`redis_quota`](RedisEncoding::redis_quota). Decisions then equal the core's except one rounding
 /// the µs clock forces: a denial's `retry_after` is the core's rounded up to whole µs (the first
 /// instant a µs clock can see at which the request fits), when `limit` is at most the window in µs.
 impl RedisEncoding for SlidingWindow {
-    const STORAGE: Storage = Storage::Hash(&["i", "p", "c"]);
+    const STORAGE: Storage = Storage::Hash(&["i", "p", "c", "q"]);
 
     fn script() -> &'static Script {
         &SLIDING_WINDOW
@@ -449,11 +500,13 @@ impl RedisEncoding for SlidingWindow {
             s.index.to_string(),
             s.previous.to_string(),
             s.current.to_string(),
+            self.script_params()
+                .map_or_else(|_| String::new(), |p| p.quota_tag()),
         ]
     }
 
     fn decode(&self, values: &[Option<String>]) -> Result<u64, String> {
-        let Some([index, previous, current]) = counts::<3>(values)? else {
+        let Some([index, previous, current]) = counts::<3>(values, self.script_params())? else {
             return Ok(0);
         };
         let layout = self.layout();

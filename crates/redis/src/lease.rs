@@ -78,6 +78,10 @@ struct Local {
     lease_until: Nanos,
     denied_until: Nanos,
     reset_at: Nanos,
+    /// Units the shared bucket held after this instance's last lease call, and when that was: with
+    /// the live lease and the refill since, the estimate of the shared quota an answer reports.
+    shared: u64,
+    shared_at: Nanos,
     /// Units the current lease has admitted and not had back: what a refund may return to it, so
     /// that `tokens + returnable` never exceeds what the lease was granted (with its carried units).
     returnable: u64,
@@ -85,16 +89,22 @@ struct Local {
 }
 
 impl Local {
+    /// An admission's answer: the shared quota's estimate ([`Bucket::estimate`]).
+    fn allowed(&self, now: Nanos, bucket: Bucket) -> Decision {
+        let live = if now < self.lease_until {
+            self.tokens
+        } else {
+            0
+        };
+        let (remaining, reset) = bucket.estimate(self.shared, self.shared_at, live, now);
+        Decision::allowed(remaining, reset)
+    }
+
     /// Answers from the lease or the denial cache, if either can.
-    fn try_local(&mut self, now: Nanos, cost: u64) -> Option<Decision> {
+    fn try_local(&mut self, now: Nanos, cost: u64, bucket: Bucket) -> Option<Decision> {
         if cost == 0 {
-            // Asking for nothing always passes (as in GCRA), answered locally: what the live lease still holds.
-            let held = if now < self.lease_until {
-                self.tokens
-            } else {
-                0
-            };
-            return Some(Decision::allowed(held, self.reset_at.saturating_sub(now)));
+            // Asking for nothing always passes (as in GCRA), answered locally.
+            return Some(self.allowed(now, bucket));
         }
         if now < self.denied_until {
             self.stats.cached_denials += 1;
@@ -107,10 +117,7 @@ impl Local {
             self.tokens -= cost;
             self.returnable += cost;
             self.stats.admitted += cost;
-            return Some(Decision::allowed(
-                self.tokens,
-                self.reset_at.saturating_sub(now),
-            ));
+            return Some(self.allowed(now, bucket));
         }
         None
     }
@@ -121,6 +128,33 @@ impl Local {
             self.stats.stranded += self.tokens;
             self.tokens = 0;
         }
+    }
+}
+
+/// The shared bucket's shape, for the estimate an admission reports.
+#[derive(Clone, Copy, Debug)]
+struct Bucket {
+    burst: u64,
+    interval: Nanos,
+}
+
+impl Bucket {
+    /// The shared quota's remaining units and reset an admission reports: what the bucket held
+    /// after this instance's last lease call (`shared`, at `shared_at`), plus the units this
+    /// instance's live lease still holds (`live`), plus what the rate has added since, at most the
+    /// burst; the reset is when that estimate would be a full bucket again
+    /// (`(burst − remaining) × interval`). Admissions other instances made since the last call are
+    /// not seen (the estimate can be high by what they took); it is never 0 while this instance's
+    /// lease holds units or the bucket had room at the last call, so it never tells a client to
+    /// stop while the quota has room that this instance could know of.
+    fn estimate(self, shared: u64, shared_at: Nanos, live: u64, now: Nanos) -> (u64, Nanos) {
+        let refill = now.saturating_sub(shared_at) / self.interval.max(1);
+        let remaining = shared
+            .saturating_add(live)
+            .saturating_add(refill)
+            .min(self.burst);
+        let reset = (self.burst - remaining).saturating_mul(self.interval);
+        (remaining, reset)
     }
 }
 
@@ -171,6 +205,17 @@ impl Slot {
 ///   admissions counted net of refunds (a refund that reaches a newer lease than the one that
 ///   admitted its request lets those units be spent up to one lease lifetime later, see `refund`).
 ///   With no live lease nothing comes back: the units stay spent (stricter).
+///
+/// # What an answer reports
+/// An admission reports the **shared** quota, as an estimate (never this instance's lease alone,
+/// which would tell a client to stop while the quota has room): `remaining` is what the shared
+/// bucket held after this instance's last lease call, plus what its live lease still holds, plus
+/// what the rate has added since, at most the burst; `reset_after` is when that estimate would be a
+/// full bucket again, `(burst − remaining) × interval`. So the first admission on a fresh key
+/// answers as a per-request limiter does (10/s: `remaining` 9, `reset_after` 100 ms). What other
+/// instances took since this one's last call is not seen: the estimate can be high by that much,
+/// and is exact with one instance. A denial reports the shared bucket's answer (its `retry_after`
+/// and how far its TAT runs ahead).
 ///
 /// Local state lives under one short mutex per key, found in a key table of 16 mutex-guarded shards
 /// (a local decision takes two uncontended locks and no reference count); the refill is
@@ -274,6 +319,13 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
             faults: Faults::default(),
             untracked: Mutex::default(),
         })
+    }
+
+    fn bucket(&self) -> Bucket {
+        Bucket {
+            burst: self.quota.burst(),
+            interval: self.quota.emission_interval_nanos(),
+        }
     }
 
     /// The quota enforced across all instances: the one given, or for a GCRA depth the script cannot
@@ -429,7 +481,7 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
         let shard = (self.hasher.hash_one(key) as usize) & (SHARDS - 1);
         let mut table = self.table(shard);
         if let Some(slot) = table.get(key) {
-            return match slot.local().try_local(now, cost) {
+            return match slot.local().try_local(now, cost, self.bucket()) {
                 Some(decision) => Route::Local(decision),
                 None => Route::Slot(Arc::clone(slot)),
             };
@@ -511,7 +563,7 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
         // leave the local pool while the call is in flight so no other task can spend them twice.
         let leftover = {
             let mut local = slot.local();
-            if let Some(decision) = local.try_local(now, cost) {
+            if let Some(decision) = local.try_local(now, cost, self.bucket()) {
                 return Ok(decision); // another task refilled while we waited
             }
             local.expire(now);
@@ -557,6 +609,8 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
         // A new lease: refunds of what earlier leases admitted no longer come back (see `refund`).
         local.returnable = cost;
         local.lease_until = now.saturating_add(self.lease_ttl);
-        Ok(Decision::allowed(local.tokens, reply.reset))
+        local.shared = reply.b;
+        local.shared_at = now;
+        Ok(local.allowed(now, self.bucket()))
     }
 }

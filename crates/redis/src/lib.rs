@@ -11,6 +11,8 @@
 //!   request, whatever the number of keys; all keys on one node (one hash slot on a cluster).
 //! * [`LeasedLimiter`]: each instance leases up to `k` units of a shared GCRA bucket per call and
 //!   admits locally; bounded error (see its docs), ≥ 100× fewer round-trips.
+//! * [`connect_with`]: AUTH (a password or an ACL user, [`Secret`]s that never print) and TLS
+//!   (`rediss://`, a CA file, a client certificate; feature `tls`, rustls).
 //! * [`RedisConfig`]: key prefix, per-call timeout, [`FaultPolicy`] (fail open or closed),
 //!   [`TimeSource`] (server `TIME` by default, or the client's clock).
 //!
@@ -61,11 +63,19 @@
 //! put the shared part in a hash tag, e.g. `"{tenant42}:login"` and `"{tenant42}:api"`. Each write sets the key's TTL
 //! (rounded up to whole ms) to when its state becomes indistinguishable from a fresh one: GCRA at its
 //! TAT, fixed window at the window's end, sliding window at the end of the window after the current
-//! one (after a refund, of the window whose count is the last non-zero one). Denials and peeks never
-//! write; a refund that leaves the state fresh deletes the key. Give each limiter (algorithm and quota) its own prefix: a key
-//! written by one algorithm is, for another, a configuration error ([`Error::WrongType`], a string
-//! where a hash is stored or the reverse) or corrupt state ([`Error::CorruptState`], a hash with other
-//! fields); a quota changed under the same prefix is read as the new quota's state.
+//! one (after a refund, of the window whose count is the last non-zero one). Peeks never write, and
+//! denials write nothing but a carry-over (below); a refund that leaves the state fresh deletes the
+//! key. Give each algorithm its own prefix: a key written by one algorithm is, for another, a
+//! configuration error ([`Error::WrongType`], a string where a hash is stored or the reverse) or
+//! corrupt state ([`Error::CorruptState`], a hash with other fields).
+//!
+//! **A quota changed under the same key carries the state over as-is.** Each write stores the quota
+//! it was written under with the state (a quota tag). A script under another quota (the same
+//! algorithm with other parameters: a reloaded limit, an override) converts such a state at its
+//! first call as the core's [`Algorithm::carry_over`](tollgate_core::Algorithm::carry_over) does:
+//! the key keeps `min(what it could take under the old quota at that instant, the new capacity)`,
+//! so a key that just spent its burst gets nothing back whichever way the quota changed. The
+//! converted state is stored even by a denial. See [`RedisEncoding`].
 //!
 //! Upgrading from a version that stored GCRA TATs in µs: those values read as long past (a full
 //! bucket) once, then are rewritten in ns.
@@ -96,6 +106,7 @@
 //! reconnects after the server comes back; scripts are sent by SHA and reloaded on `NOSCRIPT`, so a
 //! restarted server needs nothing from you.
 
+mod auth;
 mod batch;
 mod breaker;
 mod config;
@@ -110,6 +121,7 @@ mod scripts;
 
 use std::time::Duration;
 
+pub use auth::{ConnectOptions, Secret, TlsFiles, connect_with};
 pub use batch::{BatchEncoding, BatchKey, BatchLimit, RedisBatch, admitted};
 pub use breaker::{BreakerConfig, BreakerState, BreakerStats};
 pub use config::{FaultPolicy, RedisConfig, TimeSource};

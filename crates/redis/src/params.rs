@@ -29,4 +29,11 @@ impl ScriptParams {
     pub fn args(&self) -> &[String] {
         &self.args
     }
+
+    /// The quota tag a script stores with each state it writes under these parameters (the
+    /// parameters joined by `,`): a script running under other parameters carries such a state
+    /// over as-is (see [`RedisEncoding`](crate::RedisEncoding)).
+    pub fn quota_tag(&self) -> String {
+        self.args.join(",")
+    }
 }

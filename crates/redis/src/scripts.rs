@@ -40,8 +40,10 @@ pub(crate) static BATCH: LazyLock<Script> = lua!(
     "batch.lua"
 );
 pub(crate) static GCRA_REFUND: LazyLock<Script> = lua!("tat.lua", "gcra_refund.lua");
-pub(crate) static FIXED_WINDOW_REFUND: LazyLock<Script> = lua!("fixed_window_refund.lua");
-pub(crate) static SLIDING_WINDOW_REFUND: LazyLock<Script> = lua!("sliding_window_refund.lua");
+pub(crate) static FIXED_WINDOW_REFUND: LazyLock<Script> =
+    lua!("fixed_window_decide.lua", "fixed_window_refund.lua");
+pub(crate) static SLIDING_WINDOW_REFUND: LazyLock<Script> =
+    lua!("sliding_window_decide.lua", "sliding_window_refund.lua");
 
 /// The script's first argument: `now` in µs, or `""` for the server's `TIME`.
 pub(crate) fn time_arg(config: &RedisConfig, now: Option<Nanos>) -> String {

@@ -391,7 +391,16 @@ async fn lease_trace(server: &RedisServer, rng: &mut StdRng, quota: Quota) {
             Some((g, t)) => {
                 assert_eq!(granted, g, "step {step}");
                 assert!(d.is_allowed(), "step {step}");
-                assert_eq!(d.reset_after(), t.decision.reset_after(), "step {step}");
+                // It reports the shared bucket (not this lease): what a per-request check of
+                // cost 1 would leave, and the reset of that estimate.
+                let one = gcra.decide(tat, now, 1).unwrap().decision;
+                assert_eq!(d.remaining(), one.remaining(), "step {step}");
+                let interval = quota.emission_interval_nanos();
+                assert_eq!(
+                    d.reset_after(),
+                    Duration::from_nanos((quota.burst() - one.remaining()) * interval),
+                    "step {step}"
+                );
                 tat = t.next.unwrap();
             }
             None => {
@@ -737,8 +746,9 @@ async fn lease_leftovers_carry_into_the_next_lease_for_larger_costs() {
     let leased = leased_limiter(&server, quota, lease(4, Duration::from_secs(10)));
     let now: Nanos = EPOCH_US * 1000;
     let check = |cost| leased.try_check_at("k", now, cost);
-    assert_eq!(check(1).await.unwrap().remaining(), 3); // lease 4
-    assert_eq!(check(5).await.unwrap().remaining(), 2); // 3 left + lease 4 − 5
+    // `remaining` is the shared quota's: the bucket's units plus this lease's.
+    assert_eq!(check(1).await.unwrap().remaining(), 9); // lease 4: 6 in the bucket + 3 held
+    assert_eq!(check(5).await.unwrap().remaining(), 4); // 3 left + lease 4 − 5: 2 + 2
     assert_eq!(check(3).await.unwrap().remaining(), 1); // 2 left + lease 2 (all the bucket had) − 3
     assert!(!check(2).await.unwrap().is_allowed()); // 1 left, bucket empty: denied ...
     assert!(check(1).await.is_ok()); // ... a cached denial now, the leftover unit kept

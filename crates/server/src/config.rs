@@ -169,12 +169,34 @@ pub enum Backend {
 /// # timeout = "50ms"               per Redis call; then the fail policy answers
 /// # breaker = { failures = 3, probe_interval = "100ms" }   failures = 0: no breaker
 /// # lease = { size = 100, ttl = "100ms", min_grant = 1, max_keys = 10000 }   lease mode only
+/// # username = "limiter"           an ACL user (AUTH username password)
+/// # password_file = "/run/secrets/redis"   or password_env = "REDIS_PASSWORD" (never both)
+/// # tls = { ca_file = "ca.crt", client_cert = "c.crt", client_key = "c.key" }   rediss:// only
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+///
+/// The password is read when the config is built (at start and at each reload, so a rotated
+/// secret is picked up by a reload) and never logged: this type's `Debug` shows the URL with its
+/// password (if it has one) as `[redacted]`, and errors name the file or variable, never the value.
+#[derive(Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RedisBackend {
-    /// `redis://host:port/db` (redis-rs URL syntax; `rediss://` needs a TLS build of redis-rs).
+    /// `redis://host:port/db` or `rediss://...` (TLS; redis-rs URL syntax). A password in the URL
+    /// works too, but a file or an environment variable keeps it out of the config (and a
+    /// printed config shows it as `[redacted]`).
+    #[serde(serialize_with = "serialize_redacted")]
     pub url: String,
+    /// An ACL user to authenticate as (`None`: the URL's, or Redis's `default`).
+    #[serde(default)]
+    pub username: Option<String>,
+    /// A file holding the password (its trailing line break dropped).
+    #[serde(default)]
+    pub password_file: Option<std::path::PathBuf>,
+    /// An environment variable holding the password.
+    #[serde(default)]
+    pub password_env: Option<String>,
+    /// TLS files for a `rediss://` URL.
+    #[serde(default)]
+    pub tls: Option<RedisTls>,
     /// One script call per rule per request, or local leases.
     #[serde(default)]
     pub mode: RedisMode,
@@ -372,7 +394,93 @@ impl<'de> Deserialize<'de> for Backend {
     }
 }
 
+/// `tls = { ca_file = "...", client_cert = "...", client_key = "..." }` (PEM files; every field
+/// optional, the client certificate and its key together).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedisTls {
+    /// The CA that signed the server's certificate (absent: the system's roots).
+    #[serde(default)]
+    pub ca_file: Option<std::path::PathBuf>,
+    /// A client certificate, for a server that asks for one.
+    #[serde(default)]
+    pub client_cert: Option<std::path::PathBuf>,
+    /// The client certificate's key.
+    #[serde(default)]
+    pub client_key: Option<std::path::PathBuf>,
+}
+
+/// Serialises a Redis URL as [`redacted_url`] shows it (a printed config never holds a password).
+fn serialize_redacted<S: serde::Serializer>(url: &str, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(&redacted_url(url))
+}
+
+/// `url` with the password of its user-info part (`redis://user:password@host`) shown as
+/// `[redacted]`: what logs and errors may print.
+pub fn redacted_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let Some(at) = rest[..authority_end].rfind('@') else {
+        return url.to_owned();
+    };
+    match rest[..at].split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:[redacted]{}", &rest[at..]),
+        None => url.to_owned(),
+    }
+}
+
+impl std::fmt::Debug for RedisBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisBackend")
+            .field("url", &redacted_url(&self.url))
+            .field("username", &self.username)
+            .field("password_file", &self.password_file)
+            .field("password_env", &self.password_env)
+            .field("tls", &self.tls)
+            .field("mode", &self.mode)
+            .field("fail", &self.fail)
+            .field("fail_retry_after", &self.fail_retry_after)
+            .field("prefix", &self.prefix)
+            .field("timeout", &self.timeout)
+            .field("breaker", &self.breaker)
+            .field("lease", &self.lease)
+            .finish()
+    }
+}
+
 impl RedisBackend {
+    /// The AUTH and TLS options this backend connects with, its password read now from its file
+    /// or environment variable.
+    ///
+    /// # Errors
+    /// The file or variable cannot be read (named; the value never appears).
+    pub fn connect_options(&self) -> Result<tollgate_redis::ConnectOptions, String> {
+        use tollgate_redis::Secret;
+        let password = match (&self.password_file, &self.password_env) {
+            (Some(path), None) => Some(
+                Secret::from_file(path).map_err(|e| format!("backend.redis.password_file: {e}"))?,
+            ),
+            (None, Some(name)) => Some(
+                Secret::from_env(name).map_err(|e| format!("backend.redis.password_env: {e}"))?,
+            ),
+            (None, None) => None,
+            (Some(_), Some(_)) => {
+                return Err("backend.redis: password_file or password_env, not both".into());
+            }
+        };
+        Ok(tollgate_redis::ConnectOptions {
+            username: self.username.clone(),
+            password,
+            tls: self.tls.as_ref().map(|t| tollgate_redis::TlsFiles {
+                ca_file: t.ca_file.clone(),
+                client_cert: t.client_cert.clone(),
+                client_key: t.client_key.clone(),
+            }),
+        })
+    }
+
     /// Checks what serde cannot, against the domain's policy: lease mode needs GCRA rules and lease
     /// settings only make sense there. (A two-stage delay is refused for every domain, by
     /// [`ServerConfig::parse`].)
@@ -393,6 +501,17 @@ impl RedisBackend {
         }
         if self.timeout.is_zero() {
             return Err("backend.redis.timeout must be above 0".into());
+        }
+        if self.password_file.is_some() && self.password_env.is_some() {
+            return Err("backend.redis: password_file or password_env, not both".into());
+        }
+        if let Some(tls) = &self.tls {
+            if !self.url.starts_with("rediss://") {
+                return Err("backend.redis.tls needs a rediss:// url".into());
+            }
+            if tls.client_cert.is_some() != tls.client_key.is_some() {
+                return Err("backend.redis.tls: client_cert and client_key go together".into());
+            }
         }
         for rule in &policy.rules {
             let algorithm = tollgate_policy::AlgorithmKind::parse(&rule.algorithm);

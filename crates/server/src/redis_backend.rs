@@ -10,35 +10,46 @@
 //! state is tollgate-redis's `tollgate_redis_breaker_open{prefix}` gauge (per request: one breaker
 //! per domain, prefix `<prefix><domain>:`; lease mode: one per rule and quota).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use tollgate_policy::{PolicyConfig, RedisPolicy, RedisSettings};
-use tollgate_redis::{BreakerConfig, ConnectionManager, FaultPolicy, LeaseConfig, RedisConfig};
+use tollgate_redis::{
+    BreakerConfig, ConnectOptions, ConnectionManager, FaultPolicy, LeaseConfig,
+    RedisConfig,
+};
 
-use crate::config::{Backend, FailMode, RedisBackend, RedisMode, ServerConfig};
+use crate::config::{Backend, FailMode, RedisBackend, RedisMode, ServerConfig, redacted_url};
 
-/// Connections by (URL, timeout), shared by every domain and kept across reloads (so a reload that
-/// keeps the URL keeps the connection; a changed URL gets a new one). After a reload, those no
-/// domain uses any more are let go ([`retain_used`](Self::retain_used)): the connection closes
-/// when the old domains' limiters holding it are dropped too. Each is one multiplexed redis-rs
-/// connection (pipelined commands from every task), lazily reconnecting.
+/// Connections by (URL, timeout, AUTH and TLS options), shared by every domain and kept across
+/// reloads (so a reload that keeps them keeps the connection; a changed URL, or a rotated password,
+/// gets a new one). After a reload, those no domain uses any more are let go
+/// ([`retain_used`](Self::retain_used)): the connection closes when the old domains' limiters
+/// holding it are dropped too. Each is one multiplexed redis-rs connection (pipelined commands
+/// from every task), lazily reconnecting.
 #[derive(Default)]
 pub struct Connections {
-    open: Mutex<HashMap<(String, Duration), ConnectionManager>>,
+    open: Mutex<Vec<(Key, ConnectionManager)>>,
 }
 
+type Key = (String, Duration, ConnectOptions);
+
 impl Connections {
-    fn get(&self, url: &str, config: &RedisConfig) -> Result<ConnectionManager, String> {
+    fn get(
+        &self,
+        url: &str,
+        options: ConnectOptions,
+        config: &RedisConfig,
+    ) -> Result<ConnectionManager, String> {
         let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
-        let key = (url.to_owned(), config.timeout());
-        if let Some(conn) = open.get(&key) {
+        let key = (url.to_owned(), config.timeout(), options);
+        if let Some((_, conn)) = open.iter().find(|(k, _)| *k == key) {
             return Ok(conn.clone());
         }
-        let conn = tollgate_redis::connect(url, config)
-            .map_err(|e| format!("backend.redis.url `{url}`: {e}"))?;
-        open.insert(key, conn.clone());
+        let conn = tollgate_redis::connect_with(url, &key.2, config)
+            .map_err(|e| format!("backend.redis.url `{}`: {e}", redacted_url(url)))?;
+        open.push((key, conn.clone()));
         Ok(conn)
     }
 
@@ -55,7 +66,7 @@ impl Connections {
         self.open
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .retain(|(url, timeout), _| used.contains(&(url.as_str(), *timeout)));
+            .retain(|((url, timeout, _), _)| used.contains(&(url.as_str(), *timeout)));
     }
 
     /// How many connections are kept.
@@ -110,7 +121,7 @@ pub fn build(
 ) -> Result<RedisPolicy, String> {
     let settings = settings(domain, backend);
     let config = RedisConfig::default().with_timeout(backend.timeout);
-    let conn = connections.get(&backend.url, &config)?;
+    let conn = connections.get(&backend.url, backend.connect_options()?, &config)?;
     let built = match previous {
         Some(previous) => RedisPolicy::succeed(previous, policy.clone(), conn, settings),
         None => RedisPolicy::new(policy.clone(), conn, settings),

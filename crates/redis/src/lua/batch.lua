@@ -13,7 +13,7 @@
 -- retry_after, reset_after} in that algorithm's unit, -1 = never.
 local ALGORITHMS = {g = gcra_decide, f = fixed_window_decide, s = sliding_window_decide}
 local now, cost, peek = now_us(), tonumber(ARGV[2]), ARGV[3] == '1'
-local reply, commits, admitted, seen = {}, {}, true, {}
+local reply, commits, carries, admitted, seen = {}, {}, {}, true, {}
 for i = 1, #KEYS do
   -- A key twice would be decided twice on the same state and written twice (the client refuses it).
   if seen[KEYS[i]] then
@@ -25,7 +25,7 @@ for i = 1, #KEYS do
   if decide == nil then
     error({err = 'TOLLGATE_KEY ' .. i .. ' ERR unknown algorithm ' .. shown(ARGV[at])})
   end
-  local ok, r, commit = pcall(decide, KEYS[i], now, cost,
+  local ok, r, commit, carry = pcall(decide, KEYS[i], now, cost,
     tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]), tonumber(ARGV[at + 4]))
   if not ok then
     -- Redis 7 hands pcall the error's message; older versions the error table.
@@ -40,13 +40,18 @@ for i = 1, #KEYS do
   for j = 1, 4 do
     reply[#reply + 1] = r[j]
   end
-  if commit then
-    commits[#commits + 1] = commit
-  end
+  commits[i], carries[i] = commit or false, carry or false
 end
-if admitted and not peek then
-  for j = 1, #commits do
-    commits[j]()
+if not peek then
+  -- Each key's admission when the request is admitted; else (or where it has none) the carry-over
+  -- of a state written under another quota, stored even by a denial. After every read: an error
+  -- above wrote nothing.
+  for j = 1, #KEYS do
+    if admitted and commits[j] then
+      commits[j]()
+    elseif carries[j] then
+      carries[j]()
+    end
   end
 end
 return reply

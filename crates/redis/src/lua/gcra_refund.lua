@@ -4,10 +4,15 @@
 -- now_us or '', cost, unused, units per µs, interval, depth (in units). Reply: {written (0/1), 0, 0,
 -- 0}.
 local key, now, cost = decision_args()
-local per_us, interval = gcra_args()
-local ahead = tat_ahead(key, redis.call('GET', key), now, per_us)
+local per_us, interval, depth = gcra_args()
+-- A state written under another quota is carried over first (see tat_read).
+local ahead, carry = tat_read(key, now, per_us, interval, depth)
 if cost <= 0 or ahead == 0 then
   -- Nothing to give back: the bucket is already full at now (a TAT in the past is not rewritten).
+  if carry then
+    carry()
+    return {1, 0, 0, 0}
+  end
   return {0, 0, 0, 0}
 end
 -- cost < cdiv(ahead, interval) <= 2^52 / interval keeps cost × interval below ahead: exact. A larger
@@ -17,5 +22,5 @@ if cost >= cdiv(ahead, interval) then
   return {1, 0, 0, 0}
 end
 -- Fresh again at the new TAT: the key lives that long.
-set_tat(key, now, ahead - cost * interval, per_us)
+set_tat(key, now, ahead - cost * interval, per_us, interval, depth)
 return {1, 0, 0, 0}

@@ -7,8 +7,13 @@ local now = now_us()
 local min = tonumber(ARGV[2])
 local max = tonumber(ARGV[3])
 local per_us, interval, depth = gcra_args()
-local ahead = tat_ahead(key, redis.call('GET', key), now, per_us)
+-- A state written under another quota is carried over (see tat_read), and stored even when nothing
+-- is granted.
+local ahead, carry = tat_read(key, now, per_us, interval, depth)
 if now + cdiv(ahead + depth, per_us) >= LIMIT then
+  if carry then
+    carry()
+  end
   return {0, 0, -1, -1}
 end
 local room = depth - ahead
@@ -17,9 +22,12 @@ if room > 0 then
   avail = idiv(room, interval)
 end
 if avail < min then
+  if carry then
+    carry()
+  end
   return {0, 0, ahead + min * interval - depth, ahead}
 end
 local grant = math.min(avail, max)
 local new_ahead = ahead + grant * interval
-set_tat(key, now, new_ahead, per_us)
+set_tat(key, now, new_ahead, per_us, interval, depth)
 return {grant, avail - grant, 0, new_ahead}

@@ -45,25 +45,45 @@ local function uint(key, raw, what, max)
   end
   return n
 end
-local function hash_state(key, fields, max)
-  -- The key's hash as integers, field i at most max[i]: all 0 for an absent key; exactly `fields`,
-  -- each present, or it is corrupt (a foreign hash). HLEN on another type raises WRONGTYPE.
+local function quota_tag(a, b, c)
+  -- The quota a state is written under: its algorithm's three parameters, stored with the state, so
+  -- that a script running under another quota (a reload, an override) knows how to read it.
+  return str(a) .. ',' .. str(b) .. ',' .. str(c)
+end
+local function tag_params(key, tag)
+  -- The three parameters a stored quota tag names (each an integer below 2^53), or it is corrupt.
+  local a, b, c = string.match(tag, '^(%d+),(%d+),(%d+)$')
+  if not a then
+    corrupt(key, 'quota ' .. shown(tag) .. ' is not three integers')
+  end
+  return uint(key, a, 'quota', LIMIT - 1), uint(key, b, 'quota', LIMIT - 1), uint(key, c, 'quota', LIMIT - 1)
+end
+local function hash_read(key, fields)
+  -- A window state's hash: nil for an absent key; else the raw values of `fields` and the quota tag
+  -- 'q' (nil: written before states carried their quota, read under the caller's). Exactly `fields`,
+  -- with or without 'q', or it is corrupt (a foreign hash). HLEN on another type raises WRONGTYPE.
   local n = redis.call('HLEN', key)
-  local out = {}
   if n == 0 then
-    for i = 1, #fields do
-      out[i] = 0
+    return nil
+  end
+  if n ~= #fields and n ~= #fields + 1 then
+    corrupt(key, 'a hash of ' .. n .. ' fields, this limiter stores exactly ' .. table.concat(fields, ', ') .. ', q')
+  end
+  local h = redis.call('HMGET', key, 'q', unpack(fields))
+  local q = h[1]
+  if not q then
+    if n ~= #fields then
+      corrupt(key, 'a hash of ' .. n .. ' fields without q, this limiter stores exactly ' .. table.concat(fields, ', ') .. ', q')
     end
-    return out
+    q = nil
   end
-  if n ~= #fields then
-    corrupt(key, 'a hash of ' .. n .. ' fields, this limiter stores exactly ' .. table.concat(fields, ', '))
-  end
-  local h = redis.call('HMGET', key, unpack(fields))
-  for i = 1, #fields do
-    out[i] = uint(key, h[i], 'field ' .. fields[i], max[i])
-  end
-  return out
+  table.remove(h, 1)
+  return h, q
+end
+local function spent_after(avail, capacity)
+  -- As-is carry-over: the units a state written under another quota keeps are min(what it could take
+  -- under that quota now, this quota's capacity); the rest of this capacity counts as spent now.
+  return capacity - math.min(avail, capacity)
 end
 local function now_us()
   if ARGV[1] ~= '' then
@@ -86,9 +106,15 @@ local function decide_one(decide)
   -- A single-key decision script: `decide` (one of the algorithms' `*_decide` functions) on KEYS[1]
   -- with the parameters ARGV[4..6]; its write, if any, unless this is a peek.
   local key, now, cost, peek = decision_args()
-  local reply, commit = decide(key, now, cost, tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]))
-  if commit and not peek then
-    commit()
+  local reply, commit, carry = decide(key, now, cost, tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]))
+  if not peek then
+    -- The admission's write, or else the carry-over of a state written under another quota (stored
+    -- even by a denial, so that the key does not go on refilling under the quota it left).
+    if commit then
+      commit()
+    elseif carry then
+      carry()
+    end
   end
   return reply
 end

@@ -1,5 +1,7 @@
 -- GCRA's stored state: the theoretical arrival time (TAT) in nanoseconds since the Unix epoch, as
--- plain digits; that is the core's state word itself. It is too large for a double, so it is read
+-- plain digits (the core's state word itself), then ';' and the quota it was written under (units per
+-- µs, interval, depth: see quota_tag; a value without it was written before states carried their
+-- quota and is read under the caller's). It is too large for a double, so it is read
 -- as whole µs (all digits but the last three) and a nanosecond part, and the scripts compute relative
 -- to `now` in a unit of 1000 / per_us nanoseconds, a divisor of 1000 that also divides the emission
 -- interval (chosen by the client, see `RedisEncoding for Gcra`): every value then stays an exact
@@ -35,6 +37,46 @@ local function tat_ahead(key, raw, now, per_us)
   end
   return ahead
 end
+-- Defined below (tat_read's carry-over writes through it).
+local set_tat
+local function tat_read(key, now, per_us, interval, depth)
+  -- The key's max(TAT - now, 0) in this quota's units, and the write (nil: none) that stores it when
+  -- it was written under another quota: carried over as-is at `now` (the core's
+  -- `Algorithm::carry_over`: min(the units it could take under its quota now, this burst), the rest
+  -- counted as spent now; a TAT at or before now, fresh under any quota, stays fresh). Reads only.
+  local raw = redis.call('GET', key)
+  if not raw then
+    return 0
+  end
+  local at = string.find(raw, ';', 1, true)
+  if not at then
+    return tat_ahead(key, raw, now, per_us)
+  end
+  local tat, q = string.sub(raw, 1, at - 1), string.sub(raw, at + 1)
+  if q == quota_tag(per_us, interval, depth) then
+    return tat_ahead(key, tat, now, per_us)
+  end
+  local op, oi, od = tag_params(key, q)
+  if op < 1 or op > 1000 or 1000 % op ~= 0 or oi < 1 then
+    corrupt(key, 'quota ' .. shown(q) .. ' is not a GCRA quota')
+  end
+  local ahead = 0
+  local old = tat_ahead(key, tat, now, op)
+  if old > 0 then
+    local avail = 0
+    if od > old then
+      avail = idiv(od - old, oi)
+    end
+    ahead = spent_after(avail, idiv(depth, interval)) * interval
+  end
+  return ahead, function()
+    if ahead == 0 then
+      redis.call('DEL', key)
+    else
+      set_tat(key, now, ahead, per_us, interval, depth)
+    end
+  end
+end
 local function tat_digits(now, ahead, per_us)
   -- now + ahead units, as nanosecond digits.
   local whole = idiv(ahead, per_us)
@@ -44,31 +86,33 @@ local function gcra_args()
   -- ARGV[4..6]: units per µs, the emission interval and the bucket depth in units.
   return tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 end
-local function set_tat(key, now, ahead, per_us)
+set_tat = function(key, now, ahead, per_us, interval, depth)
   -- The TTL ends where the state turns fresh (the TAT), rounded up to whole ms: 1 ms = per_us × 1000 units.
-  redis.call('SET', key, tat_digits(now, ahead, per_us), 'PX', str(math.max(cdiv(ahead, per_us * 1000), 1)))
+  redis.call('SET', key, tat_digits(now, ahead, per_us) .. ';' .. quota_tag(per_us, interval, depth), 'PX',
+    str(math.max(cdiv(ahead, per_us * 1000), 1)))
 end
 local function gcra_decide(key, now, cost, per_us, interval, depth)
   -- GCRA (and the leaky bucket) on `key` at `now` for `cost` units; parameters as gcra_args. Reads
-  -- only. Returns the reply {allowed, remaining, retry_after, reset_after} in units (-1 = never) and
-  -- the admission's write (a function; nil when there is nothing to write).
+  -- only. Returns the reply {allowed, remaining, retry_after, reset_after} in units (-1 = never), the
+  -- admission's write (a function; nil when there is nothing to write) and the carry-over's write
+  -- (nil: none; made when there is no admission to write).
   -- ahead = max(tat, now) - now; new_ahead = new_tat - now.
-  local ahead = tat_ahead(key, redis.call('GET', key), now, per_us)
+  local ahead, carry = tat_read(key, now, per_us, interval, depth)
   local new_ahead = ahead + cost * interval
   if now + cdiv(new_ahead, per_us) >= LIMIT then
-    return {0, 0, -1, -1}
+    return {0, 0, -1, -1}, nil, carry
   end
   -- allow_at = new_tat - depth; denied while now < allow_at.
   local wait = new_ahead - depth
   if wait > 0 then
-    return {0, 0, wait, ahead}
+    return {0, 0, wait, ahead}, nil, carry
   end
   local commit
   if cost > 0 then
     -- Fresh again once the TAT is reached: the key lives exactly that long.
     commit = function()
-      set_tat(key, now, new_ahead, per_us)
+      set_tat(key, now, new_ahead, per_us, interval, depth)
     end
   end
-  return {1, idiv(depth - new_ahead, interval), 0, new_ahead}, commit
+  return {1, idiv(depth - new_ahead, interval), 0, new_ahead}, commit, carry
 end
