@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::signal::unix::Signal;
@@ -13,6 +13,7 @@ use crate::config::ServerConfig;
 use crate::grpc::{RateLimitServiceServer, Rls};
 use crate::http_api::{HttpState, router};
 use crate::service::Limiter;
+use crate::tls::{LiveTls, TlsState};
 
 /// Command-line overrides of the file's `[server]` section.
 #[derive(Clone, Debug, Default)]
@@ -51,18 +52,28 @@ pub async fn run(path: PathBuf, overrides: Overrides) -> Result<(), Box<dyn std:
         });
     }
     let limiter = Arc::new(Limiter::new(&config)?);
+    let tls = match &config.server.tls {
+        Some(settings) => Some(Arc::new(LiveTls::new(TlsState::new(settings)?))),
+        None => None,
+    };
     let grpc = TcpListener::bind(overrides.grpc.unwrap_or(config.server.grpc)).await?;
     let http = TcpListener::bind(overrides.http.unwrap_or(config.server.http)).await?;
     let (grpc_addr, http_addr) = (grpc.local_addr()?, http.local_addr()?);
     println!("grpc listening on {grpc_addr}");
     println!("http listening on {http_addr}");
-    tracing::info!(%grpc_addr, %http_addr, domains = config.domains.len(), "tollgate-server started");
+    let grpc_tls = match &config.server.tls {
+        None => "off",
+        Some(t) if t.client_ca.is_some() => "mutual",
+        Some(_) => "on",
+    };
+    tracing::info!(%grpc_addr, %http_addr, grpc_tls, domains = config.domains.len(), "tollgate-server started");
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let Signals { stop, hup } = signals;
     tokio::spawn(reloader(
         path,
         Arc::clone(&limiter),
+        tls.clone(),
         config.server.reload_poll,
         hup,
         stop_rx.clone(),
@@ -72,17 +83,21 @@ pub async fn run(path: PathBuf, overrides: Overrides) -> Result<(), Box<dyn std:
     health.set_serving::<RateLimitServiceServer<Rls>>().await;
     let rls = crate::grpc::service(Rls::new(Arc::clone(&limiter)));
     let mut grpc_stop = stop_rx.clone();
-    let grpc_task = tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(health_service)
-            .add_service(rls)
-            .serve_with_incoming_shutdown(
-                tonic::transport::server::TcpIncoming::from(grpc).with_nodelay(Some(true)),
-                async move {
-                    let _ = grpc_stop.wait_for(|s| *s).await;
-                },
-            ),
-    );
+    let grpc_stopped = async move {
+        let _ = grpc_stop.wait_for(|s| *s).await;
+    };
+    let grpc_router = tonic::transport::Server::builder()
+        .add_service(health_service)
+        .add_service(rls);
+    let grpc_task = match tls {
+        Some(tls) => tokio::spawn(
+            grpc_router.serve_with_incoming_shutdown(crate::tls::incoming(grpc, tls), grpc_stopped),
+        ),
+        None => tokio::spawn(grpc_router.serve_with_incoming_shutdown(
+            tonic::transport::server::TcpIncoming::from(grpc).with_nodelay(Some(true)),
+            grpc_stopped,
+        )),
+    };
     let mut http_stop = stop_rx.clone();
     let app = router(HttpState {
         limiter: Arc::clone(&limiter),
@@ -157,26 +172,71 @@ async fn shutdown_signal(stop: Option<(Signal, Signal)>) {
     }
 }
 
-/// What identifies one version of the file (mtime, length, content).
-fn fingerprint(path: &Path) -> Option<(SystemTime, Vec<u8>)> {
-    let meta = std::fs::metadata(path).ok()?;
-    Some((meta.modified().ok()?, std::fs::read(path).ok()?))
+/// What identifies one version of the config: the file's bytes and those of the TLS files it
+/// names (`None` when the config file cannot be read).
+fn fingerprint(path: &Path, tls_files: &[PathBuf]) -> Option<Vec<Vec<u8>>> {
+    let mut parts = vec![std::fs::read(path).ok()?];
+    // A TLS file that cannot be read counts as empty: its coming back is a change too.
+    parts.extend(
+        tls_files
+            .iter()
+            .map(|f| std::fs::read(f).unwrap_or_default()),
+    );
+    Some(parts)
 }
 
-/// Reloads on SIGHUP and when the file changes (polled every `poll`; 0: SIGHUP only). A config
-/// that fails to load or build is logged and the running one kept.
+/// The TLS files `config` names.
+fn tls_files(config: &ServerConfig) -> Vec<PathBuf> {
+    config
+        .server
+        .tls
+        .iter()
+        .flat_map(|t| t.files().map(Path::to_owned))
+        .collect()
+}
+
+/// Applies a loaded config: its TLS files are read and checked first, then the domains are
+/// reloaded (all or nothing), then the new TLS config is made the one new connections get. Any
+/// failure leaves everything as it was.
+fn apply(config: &ServerConfig, limiter: &Limiter, tls: Option<&LiveTls>) -> Result<(), String> {
+    let next_tls = match (tls, &config.server.tls) {
+        (Some(_), Some(settings)) => Some(TlsState::new(settings).map_err(|e| e.to_string())?),
+        (None, None) => None,
+        (Some(_), None) | (None, Some(_)) => {
+            return Err(
+                "[server.tls] was added or removed: TLS on the gRPC port is turned on \
+                        or off by a restart, not a reload"
+                    .into(),
+            );
+        }
+    };
+    limiter.reload(config)?;
+    if let (Some(live), Some(next)) = (tls, next_tls) {
+        live.replace(next);
+    }
+    Ok(())
+}
+
+/// Reloads on SIGHUP and when the file, or a TLS file it names, changes (polled every `poll`;
+/// 0: SIGHUP only). A config that fails to load or build is logged and the running one kept.
 ///
 /// Polling rather than inotify (the `notify` crate): one stat and read per second is negligible,
-/// it follows editors' rename-over-the-file saves and Kubernetes' ConfigMap symlink swaps without
-/// re-arming watches, and it needs no extra dependency.
+/// it follows editors' rename-over-the-file saves and Kubernetes' ConfigMap and Secret symlink
+/// swaps without re-arming watches, and it needs no extra dependency.
 async fn reloader(
     path: PathBuf,
     limiter: Arc<Limiter>,
+    tls: Option<Arc<LiveTls>>,
     poll: Duration,
     mut hup: Option<Signal>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut last = fingerprint(&path).map(|(_, body)| body);
+    // The TLS files of the config last read (applied or not), so that fixing a certificate that
+    // a reload refused is noticed too.
+    let mut watched = ServerConfig::load(&path)
+        .map(|c| tls_files(&c))
+        .unwrap_or_default();
+    let mut last = fingerprint(&path, &watched);
     let mut tick = tokio::time::interval(if poll.is_zero() {
         Duration::from_secs(3600)
     } else {
@@ -189,15 +249,19 @@ async fn reloader(
             _ = async { match hup.as_mut() { Some(h) => { h.recv().await; } None => std::future::pending().await } } => "sighup",
             _ = tick.tick() => {
                 if poll.is_zero() { continue; }
-                let now = fingerprint(&path).map(|(_, body)| body);
+                let now = fingerprint(&path, &watched);
                 if now.is_none() || now == last { continue; }
                 "file changed"
             }
         };
-        last = fingerprint(&path).map(|(_, body)| body);
-        match ServerConfig::load(&path)
+        let loaded = ServerConfig::load(&path);
+        if let Ok(config) = &loaded {
+            watched = tls_files(config);
+        }
+        last = fingerprint(&path, &watched);
+        match loaded
             .map_err(|e| e.to_string())
-            .and_then(|c| limiter.reload(&c))
+            .and_then(|config| apply(&config, &limiter, tls.as_deref()))
         {
             Ok(()) => {
                 metrics::counter!("tollgate_server_reloads_total", "result" => "ok").increment(1);

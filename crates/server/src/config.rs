@@ -52,7 +52,7 @@
 use std::collections::HashSet;
 use std::fmt;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -88,6 +88,9 @@ pub struct ListenConfig {
     /// see the [module docs](self)).
     #[serde(default)]
     pub allow_empty: bool,
+    /// TLS (and with a client CA, mutual TLS) on the gRPC port; absent: plaintext.
+    #[serde(default)]
+    pub tls: Option<GrpcTls>,
 }
 
 impl Default for ListenConfig {
@@ -97,8 +100,53 @@ impl Default for ListenConfig {
             http: default_http(),
             reload_poll: default_poll(),
             allow_empty: false,
+            tls: None,
         }
     }
+}
+
+/// `[server.tls]`: the gRPC port speaks TLS (ALPN `h2`); with `client_ca`, mutual TLS.
+///
+/// ```toml
+/// [server.tls]
+/// cert = "tls/server.pem"        # PEM certificate chain, the server's own first
+/// key = "tls/server.key"         # PEM private key (PKCS#8, PKCS#1 or SEC1)
+/// client_ca = "tls/ca.pem"       # optional: require a client certificate issued by these CAs
+/// handshake_timeout = "10s"      # a client that has not finished its handshake by then is dropped
+/// ```
+///
+/// A relative path is read from the config file's directory. The files are read again on every
+/// reload (SIGHUP, or a change of the config file or of any of these files): new connections get
+/// the new certificates, open ones keep theirs; files that do not load reject the reload and the
+/// running config stays. TLS cannot be turned on or off by a reload (restart for that). The
+/// HTTP port (JSON check, metrics) stays plaintext.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GrpcTls {
+    /// The certificate chain (PEM).
+    pub cert: PathBuf,
+    /// The private key (PEM).
+    pub key: PathBuf,
+    /// The CAs a client certificate must chain to (PEM); absent: no client certificate asked for.
+    #[serde(default)]
+    pub client_ca: Option<PathBuf>,
+    /// The longest a handshake may take.
+    #[serde(default = "default_handshake_timeout", with = "humantime_serde")]
+    pub handshake_timeout: Duration,
+}
+
+impl GrpcTls {
+    /// The files the settings name (the reloader watches them).
+    pub fn files(&self) -> impl Iterator<Item = &Path> {
+        [Some(&self.cert), Some(&self.key), self.client_ca.as_ref()]
+            .into_iter()
+            .flatten()
+            .map(PathBuf::as_path)
+    }
+}
+
+fn default_handshake_timeout() -> Duration {
+    Duration::from_secs(10)
 }
 
 fn default_grpc() -> SocketAddr {
@@ -558,7 +606,9 @@ impl fmt::Display for ConfigFileError {
 impl std::error::Error for ConfigFileError {}
 
 impl ServerConfig {
-    /// Reads and checks a config file (YAML by extension, else TOML).
+    /// Reads and checks a config file (YAML by extension, else TOML). A relative `[server.tls]`
+    /// path is taken from the file's directory (the files themselves are read by
+    /// [`crate::tls`]).
     ///
     /// # Errors
     /// [`ConfigFileError`] naming what is wrong.
@@ -568,7 +618,22 @@ impl ServerConfig {
             path.extension().and_then(|e| e.to_str()),
             Some("yaml" | "yml")
         );
-        Self::parse(&text, yaml)
+        let mut config = Self::parse(&text, yaml)?;
+        if let (Some(tls), Some(dir)) = (&mut config.server.tls, path.parent()) {
+            for file in [
+                Some(&mut tls.cert),
+                Some(&mut tls.key),
+                tls.client_ca.as_mut(),
+            ]
+            .into_iter()
+            .flatten()
+            {
+                if file.is_relative() {
+                    *file = dir.join(&*file);
+                }
+            }
+        }
+        Ok(config)
     }
 
     /// Parses and checks config text.

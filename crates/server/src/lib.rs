@@ -18,6 +18,8 @@
 //! * The response carries `RateLimit`, `RateLimit-Policy` and, when over the limit, `Retry-After`
 //!   (text from tollgate-http, the fields' one home) for Envoy to add.
 //! * Its load client is a lab tool: `cargo run --release -p tollgate-lab --bin rls-load`.
+//! * The gRPC port speaks TLS, or mutual TLS with a client CA, when `[server.tls]` says so
+//!   ([`tls`]; certificates reloaded with the config).
 //! * Backend per domain: embedded (this process holds the state) or Redis (per-request scripts or
 //!   local leases, shared by every replica; see [`redis_backend`] for keys, what holds across
 //!   several rules, and the fail-open/closed answer while Redis is down).
@@ -29,3 +31,4 @@ pub mod http_api;
 pub mod redis_backend;
 pub mod service;
 pub mod telemetry;
+pub mod tls;

@@ -11,6 +11,8 @@
 //! bounded in count and time.
 
 mod common;
+#[path = "common/pki.rs"]
+mod pki;
 #[path = "../../redis/tests/common/redis_server.rs"]
 mod redis_server;
 
@@ -27,6 +29,7 @@ use redis_server::RedisServer;
 
 const ENVOY_YAML: &str = include_str!("../examples/envoy/envoy.yaml");
 const EXAMPLE_TOLLGATE: &str = include_str!("../examples/envoy/tollgate.toml");
+const RLS_MTLS: &str = include_str!("../examples/envoy/rls-mtls.yaml");
 
 /// The Envoy binary, or `None` (with a message) when the tests cannot run here.
 fn envoy_binary() -> Option<PathBuf> {
@@ -737,6 +740,102 @@ fn a_redis_domain_on_two_replicas_behind_one_envoy_cluster_shares_its_quota() {
         let calls = metric(replica, "tollgate_server_requests_total", &["api=\"grpc\""]);
         assert!(calls > 0.0, "replica {name} answered none of Envoy's calls");
     }
+}
+
+#[test]
+fn mutual_tls_between_envoy_and_the_server_admits_envoys_certificate_and_refuses_others() {
+    let Some(bin) = envoy_binary() else { return };
+    let dir = temp_dir("envoy-mtls");
+    let ca = pki::Ca::new(&dir, "mesh");
+    let other = pki::Ca::new(&dir, "other");
+    let server_cert = ca.server("server");
+    let grpc_port = free_port();
+    let tls = format!(
+        "[server.tls]\ncert = \"{}\"\nkey = \"{}\"\nclient_ca = \"{}\"\n\n",
+        server_cert.cert.display(),
+        server_cert.key.display(),
+        ca.cert.display()
+    );
+    let path = dir.join("server.toml");
+    std::fs::write(
+        &path,
+        server_config(grpc_port, &(tls + &edge(10, 100, 1000))),
+    )
+    .unwrap();
+    let server = Server::start_file(&path);
+    let upstream = Upstream::start();
+    // An Envoy whose tollgate_rls cluster has the example's transport socket, presenting
+    // `client` (or no certificate), in a directory of its own.
+    let envoy = |name: &str, client: Option<&pki::Issued>| {
+        let sub = dir.join(name);
+        std::fs::create_dir_all(&sub).unwrap();
+        std::fs::copy(&ca.cert, sub.join("ca.pem")).unwrap();
+        let mut block = RLS_MTLS.replace("/etc/envoy/tls/", &format!("{}/", sub.display()));
+        match client {
+            Some(c) => {
+                std::fs::copy(&c.cert, sub.join("client.pem")).unwrap();
+                std::fs::copy(&c.key, sub.join("client.key")).unwrap();
+            }
+            None => {
+                let start = block
+                    .find("          tls_certificates:")
+                    .expect("certificates");
+                let end = block
+                    .find("          validation_context:")
+                    .expect("validation");
+                block.replace_range(start..end, "");
+            }
+        }
+        Envoy::start(&bin, &sub, grpc_port, &upstream, move |y| {
+            let cluster = "  - name: tollgate_rls\n    type: STATIC\n";
+            assert_eq!(y.matches(cluster).count(), 1);
+            y.replace(cluster, &format!("{cluster}{block}"))
+        })
+    };
+
+    let mesh = envoy("mesh", Some(&ca.client("envoy")));
+    let (ok, over, _) = send(&mesh, "/", 14);
+    assert_eq!((ok, over), (10, 4), "decided by the server over mutual TLS");
+    mesh.assert_no_rls_errors();
+    assert_eq!(upstream.seen(), 10);
+
+    // Envoys with a certificate from another CA, or none: the server refuses their handshakes
+    // and counts them; their calls fail, so `failure_mode_deny: false` admits the requests
+    // unchecked (the server's per_ip, spent above, never saw them).
+    for (name, client, reason) in [
+        (
+            "stranger",
+            Some(other.client("envoy")),
+            "bad_client_certificate",
+        ),
+        ("anonymous", None, "no_client_certificate"),
+    ] {
+        let refused = envoy(name, client.as_ref());
+        let (ok, over, _) = send(&refused, "/", 3);
+        assert_eq!(
+            (ok, over),
+            (3, 0),
+            "{name}: admitted by failure_mode_deny: false"
+        );
+        assert_eq!(
+            refused.stat("cluster.backend.ratelimit.failure_mode_allowed"),
+            3,
+            "{name}: every call to the server failed"
+        );
+        let count = metric(
+            &server,
+            "tollgate_server_tls_refused_total",
+            &[&format!("reason=\"{reason}\"")],
+        );
+        assert!(
+            count >= 1.0,
+            "{name}: refusals counted as {reason}: {count}"
+        );
+    }
+    assert_eq!(
+        metric(&server, "tollgate_server_requests_total", &["api=\"grpc\""]),
+        14.0
+    );
 }
 
 #[test]
