@@ -267,6 +267,38 @@ impl<A: Algorithm> RuleLimiter for Global<A> {
             }
         }
     }
+    fn charge(&self, key: &[u8], now: Nanos, cost: u64) {
+        // Relaxed (load and exchange): see the type's ordering notes.
+        let mut current = self.word.load(Ordering::Relaxed);
+        loop {
+            if current == RETIRED {
+                // The quota lives in the successor now: the debt goes there.
+                if let Some(next) = self.retired() {
+                    next.charge(key, now, cost);
+                }
+                return;
+            }
+            // A charge saturating into the sentinel stays one short of it (still the strictest
+            // state a word holds).
+            let Some(next) = self
+                .algorithm
+                .charge(current, now, cost)
+                .map(|next| if next == RETIRED { RETIRED - 1 } else { next })
+                .filter(|&next| next != current)
+            else {
+                return;
+            };
+            match self.word.compare_exchange_weak(
+                current,
+                next,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return,
+                Err(actual) => current = actual,
+            }
+        }
+    }
     fn set_quota(&self, _: Quota) -> bool {
         false
     }

@@ -151,10 +151,7 @@ impl RedisInFlight {
         );
         let redis_key = format!("{}{key}", self.prefix);
         let mut invocation = self.take.key(&redis_key);
-        invocation
-            .arg(self.limit)
-            .arg(&holder)
-            .arg(self.expiry_ms);
+        invocation.arg(self.limit).arg(&holder).arg(self.expiry_ms);
         let reply: Vec<i64> = self.call(&invocation).await?;
         let [admitted, held, wait_ms] = reply[..] else {
             return Err(Error::BadReply(format!("{reply:?}")));

@@ -14,7 +14,6 @@ use tollgate_redis::{
 
 /// A `redis-server` with extra arguments, killed (by its PID) on drop.
 struct Server {
-    port: u16,
     child: Child,
 }
 
@@ -40,7 +39,7 @@ impl Server {
             assert!(Instant::now() < deadline, "redis-server did not listen");
             std::thread::sleep(Duration::from_millis(10)); // polling for readiness, not a race
         }
-        Server { port, child }
+        Server { child }
     }
 }
 

@@ -45,7 +45,10 @@ async fn two_instances_share_the_limit_and_a_release_frees_a_place() {
     assert_eq!(third.remaining(), 0);
     let denied = b.try_acquire("api").await.unwrap().unwrap_err();
     assert!(denied.retry_after().unwrap() <= EXPIRY, "{denied:?}");
-    assert!(a.try_acquire("other").await.unwrap().is_ok(), "keys are independent");
+    assert!(
+        a.try_acquire("other").await.unwrap().is_ok(),
+        "keys are independent"
+    );
     assert!(second.release().await.unwrap());
     assert_eq!(b.in_flight("api").await.unwrap(), 2);
     let again = b.try_acquire("api").await.unwrap().unwrap();
@@ -85,7 +88,13 @@ fn holder_child() {
 async fn a_killed_holders_permits_come_back_within_one_expiry() {
     let server = RedisServer::start();
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "holder_child", "--ignored", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "holder_child",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(HOLDER_ENV, server.url())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -123,6 +132,10 @@ async fn a_killed_holders_permits_come_back_within_one_expiry() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     assert!(killed.elapsed() <= EXPIRY + Duration::from_millis(500));
-    assert_eq!(permit.remaining(), LIMIT - 1, "all three came back, not one");
+    assert_eq!(
+        permit.remaining(),
+        LIMIT - 1,
+        "all three came back, not one"
+    );
     assert!(permit.release().await.unwrap());
 }

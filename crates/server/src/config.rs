@@ -120,7 +120,7 @@ impl Default for ListenConfig {
 /// the new certificates, open ones keep theirs; files that do not load reject the reload and the
 /// running config stays. TLS cannot be turned on or off by a reload (restart for that). The
 /// HTTP port (JSON check, metrics) stays plaintext.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct GrpcTls {
     /// The certificate chain (PEM).
@@ -201,7 +201,7 @@ pub enum Backend {
     /// Every rule's state lives in one shared Redis, so replicas pointing at it share each rule's
     /// quota. Keyed rules need no `capacity` here (the process keeps no table for them; one given
     /// is ignored).
-    Redis(RedisBackend),
+    Redis(Box<RedisBackend>),
 }
 
 /// `backend = { redis = { ... } }`: where and how a domain's rules keep their state in Redis.
@@ -418,7 +418,7 @@ impl<'de> Deserialize<'de> for Backend {
                     ));
                 };
                 let backend = match key.as_str() {
-                    "redis" => Backend::Redis(map.next_value()?),
+                    "redis" => Backend::Redis(Box::new(map.next_value()?)),
                     "embedded" => {
                         map.next_value::<serde::de::IgnoredAny>()?;
                         Backend::Embedded

@@ -16,8 +16,7 @@ use std::time::Duration;
 
 use tollgate_policy::{PolicyConfig, RedisPolicy, RedisSettings};
 use tollgate_redis::{
-    BreakerConfig, ConnectOptions, ConnectionManager, FaultPolicy, LeaseConfig,
-    RedisConfig,
+    BreakerConfig, ConnectOptions, ConnectionManager, FaultPolicy, LeaseConfig, RedisConfig,
 };
 
 use crate::config::{Backend, FailMode, RedisBackend, RedisMode, ServerConfig, redacted_url};

@@ -440,7 +440,8 @@ enum Staged<'a> {
     /// it in place, so its state carries over).
     Kept(
         &'a Arc<Domain>,
-        PreparedReload<'a, MonotonicClock>,
+        // Boxed: a prepared reload is large and lives only while a reload is applied.
+        Box<PreparedReload<'a, MonotonicClock>>,
         DescriptorMode,
     ),
     /// A domain built whole: new, or on Redis, or changing backend.
@@ -474,9 +475,11 @@ fn build<'a>(
         let domain = match (kept, &d.backend) {
             (Some((old, policy)), _) => Staged::Kept(
                 old,
-                policy
-                    .prepare_reload(d.policy.clone())
-                    .map_err(|e| named(&e))?,
+                Box::new(
+                    policy
+                        .prepare_reload(d.policy.clone())
+                        .map_err(|e| named(&e))?,
+                ),
                 d.descriptors,
             ),
             (None, Backend::Embedded) => Staged::Built(Domain::new(

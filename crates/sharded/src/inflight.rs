@@ -21,9 +21,9 @@ use tollgate_core::{
 use crate::error::KeyedError;
 use crate::insert::Landed;
 use crate::limiter::{KeyedLimiter, Place, Scan};
-use crate::table::Plain;
 use crate::slot::SlotWord;
 use crate::sync::{AtomicUsize, Ordering, lock};
+use crate::table::Plain;
 
 /// At most `limit` units in flight per key, in the keyed table's fixed memory.
 ///

@@ -903,7 +903,7 @@ impl<C: Clock> StripedLimiter<C> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn charge_at(&self, now: Nanos, cost: u64) -> bool {
-        self.shared.charge(&self.gcra, now, cost)
+        self.shared.tat.charge(&self.gcra, now, cost)
     }
 
     /// An admission with `lease_left` units left in the stripe's lease, `shared_free` units free in

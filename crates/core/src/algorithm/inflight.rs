@@ -275,6 +275,20 @@ impl Algorithm for InFlight {
         self.in_flight(state, now) == 0
     }
 
+    /// Counts `cost` more units in flight without a decision (capped at what the count holds): no
+    /// guard releases them, so they count until reclaimed, one to two maximum hold times later.
+    fn charge(&self, state: u64, now: Nanos, cost: u64) -> Option<u64> {
+        if cost == 0 {
+            return None;
+        }
+        let counts = self.roll(state, now);
+        Some(Self::pack(
+            counts.current.saturating_add(cost).min(COUNT_MASK),
+            counts.previous,
+            counts.epoch,
+        ))
+    }
+
     /// A release ([`InFlight::release`]) of a permit taken at `now`.
     fn refund(&self, state: u64, now: Nanos, cost: u64) -> Option<u64> {
         self.release(state, now, cost).state()
