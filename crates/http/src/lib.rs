@@ -60,6 +60,11 @@
 //! ```
 
 #[cfg(feature = "policy")]
+// The edge-fields guide's code block is this crate's doctest (it needs the policy engine).
+#[cfg(all(doctest, feature = "policy"))]
+#[doc = include_str!("../../../guides/edge-fields.md")]
+struct GuideEdgeFields;
+
 mod admit_layer;
 mod async_layer;
 mod body;

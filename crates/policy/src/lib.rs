@@ -48,6 +48,11 @@
 //! `RateLimit` fields, `rule` and `quota` give `RateLimit-Policy` (the key's override quota when it
 //! has one), `delay` a wait before forwarding.
 
+// The concurrency guide's code blocks are this crate's doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../guides/concurrency.md")]
+struct GuideConcurrency;
+
 mod config;
 mod descriptor_match;
 mod engine;

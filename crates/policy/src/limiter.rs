@@ -194,19 +194,33 @@ fn closed() -> Decision {
     Decision::denied(Nanos::MAX, Nanos::MAX)
 }
 
-impl<A: Algorithm> RuleLimiter for Global<A> {
-    #[inline]
-    fn check(&self, key: &[u8], now: Nanos, cost: u64) -> Result<(Decision, Receipt), CheckError> {
+impl<A: Algorithm> Global<A> {
+    /// A check, leaving `reserve` units for higher priority classes when there is one (`None`, a
+    /// constant at each call site, compiles to exactly `Algorithm::decide`).
+    #[inline(always)]
+    fn check_with(
+        &self,
+        key: &[u8],
+        now: Nanos,
+        cost: u64,
+        reserve: Option<u64>,
+    ) -> Result<(Decision, Receipt), CheckError> {
         // Relaxed (load and exchange): see the type's ordering notes.
         let mut current = self.word.load(Ordering::Relaxed);
         loop {
             if current == RETIRED {
-                return match self.retired() {
-                    Some(next) => next.check(key, now, cost),
-                    None => Ok((closed(), Receipt::Plain)),
+                return match (self.retired(), reserve) {
+                    (Some(next), None) => next.check(key, now, cost),
+                    (Some(next), Some(reserve)) => next.check_reserving(key, now, cost, reserve),
+                    (None, _) => Ok((closed(), Receipt::Plain)),
                 };
             }
-            let transition = self.algorithm.decide(current, now, cost)?;
+            let transition = match reserve {
+                None => self.algorithm.decide(current, now, cost)?,
+                Some(reserve) => self
+                    .algorithm
+                    .decide_reserving(current, now, cost, reserve)?,
+            };
             let Some(next) = transition.next.filter(|&next| next != current) else {
                 return Ok((transition.decision, Receipt::Plain));
             };
@@ -223,6 +237,22 @@ impl<A: Algorithm> RuleLimiter for Global<A> {
                 Err(actual) => current = actual,
             }
         }
+    }
+}
+
+impl<A: Algorithm> RuleLimiter for Global<A> {
+    #[inline]
+    fn check(&self, key: &[u8], now: Nanos, cost: u64) -> Result<(Decision, Receipt), CheckError> {
+        self.check_with(key, now, cost, None)
+    }
+    fn check_reserving(
+        &self,
+        key: &[u8],
+        now: Nanos,
+        cost: u64,
+        reserve: u64,
+    ) -> Result<(Decision, Receipt), CheckError> {
+        self.check_with(key, now, cost, Some(reserve))
     }
     fn peek(&self, key: &[u8], now: Nanos, cost: u64) -> Result<Decision, CheckError> {
         // Relaxed: see the type's ordering notes.

@@ -118,17 +118,19 @@ async fn mutual_tls_admits_a_valid_client_certificate_and_refuses_and_counts_the
 
     let none = fresh_call(&server, &ca.cert, None).await;
     assert!(none.is_err(), "no client certificate: {none:?}");
-    assert_eq!(refused(&server, "no_client_certificate"), 1.0);
+    assert!(refused(&server, "no_client_certificate") >= 1.0);
 
     let stranger = other.client("client");
     let bad = fresh_call(&server, &ca.cert, Some(&stranger)).await;
     assert!(bad.is_err(), "a certificate from another CA: {bad:?}");
-    assert_eq!(refused(&server, "bad_client_certificate"), 1.0);
+    // At least once: a client may try the handshake again before giving up.
+    let strangers = refused(&server, "bad_client_certificate");
+    assert!(strangers >= 1.0, "{strangers}");
 
     // A server certificate is not a client certificate (wrong extended key usage).
     let wrong_usage = fresh_call(&server, &ca.cert, Some(&ca.server("not-client"))).await;
     assert!(wrong_usage.is_err(), "{wrong_usage:?}");
-    assert_eq!(refused(&server, "bad_client_certificate"), 2.0);
+    assert!(refused(&server, "bad_client_certificate") > strangers);
 
     // A plaintext gRPC client on the TLS port.
     let plain = Channel::from_shared(format!("http://{}", server.grpc))
@@ -140,7 +142,7 @@ async fn mutual_tls_admits_a_valid_client_certificate_and_refuses_and_counts_the
         let answer = call(&mut RateLimitServiceClient::new(channel)).await;
         assert!(answer.is_err(), "plaintext on the TLS port: {answer:?}");
     }
-    assert_eq!(refused(&server, "protocol"), 1.0);
+    assert!(refused(&server, "protocol") >= 1.0);
 
     // And the valid client still gets its answers.
     assert_eq!(fresh_call(&server, &ca.cert, Some(&client)).await, Ok(OK));

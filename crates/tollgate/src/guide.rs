@@ -1,6 +1,8 @@
 //! The guides: one page per topic, each a file under `guides/` in the repository, rendered here so
 //! that docs.rs shows them and every Rust block in them compiles and runs as a doctest (with the
-//! features the page needs: `cargo test -p tollgate --doc --all-features`).
+//! features the page needs: `cargo test -p tollgate --doc --all-features`). The pages on the
+//! in-flight limits, adaptive limits and edge fields use the lower crates directly and are
+//! doctested there (tollgate-policy, tollgate-adaptive, tollgate-http); here they are only shown.
 
 #[doc = include_str!("../../../guides/algorithms.md")]
 pub mod algorithms {}
@@ -15,8 +17,20 @@ pub mod striped {}
 #[doc = include_str!("../../../guides/policy.md")]
 pub mod policy {}
 
+#[cfg(not(doctest))]
+#[doc = include_str!("../../../guides/concurrency.md")]
+pub mod concurrency {}
+
+#[cfg(not(doctest))]
+#[doc = include_str!("../../../guides/adaptive.md")]
+pub mod adaptive {}
+
 #[doc = include_str!("../../../guides/http.md")]
 pub mod http {}
+
+#[cfg(not(doctest))]
+#[doc = include_str!("../../../guides/edge-fields.md")]
+pub mod edge_fields {}
 
 #[doc = include_str!("../../../guides/redis.md")]
 pub mod redis {}
