@@ -68,7 +68,7 @@ fn a_give_back_racing_a_check_is_seen_whole_or_not_at_all() {
         let (admitted, wait) = race(3, 1);
         let counted = 1 + if admitted { 2 } else { 0 };
         // A unit is free now unless all 4 are counted.
-        let expected_wait = if counted + 1 > 4 { counted + 1 - 4 } else { 0 };
+        let expected_wait = (counted + 1).saturating_sub(4);
         assert_eq!(wait, expected_wait, "counted {counted}");
     });
 }

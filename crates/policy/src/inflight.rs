@@ -55,6 +55,10 @@
 //!   are). A permit taken under a rule that a reload then removed or rebuilt is given back to that
 //!   rule's old table, which lives until its last permit is dropped: it never lands in the new
 //!   table, so it cannot release someone else's permit there.
+//! * **Reserved shares**: `priority = { descriptor, classes, reserve }`, as on a rate rule (see
+//!   [`PriorityConfig`](crate::PriorityConfig)): a request of a lower class is admitted only if, after
+//!   it, the key still has the shares of the classes above it free, so a flood of low-priority
+//!   requests cannot hold every permit; the lowest class sheds first. Shares are of `limit`.
 //! * Stuck holders, flooding keys, bad limits: as [`tollgate_sharded::KeyedInFlight`] (a global
 //!   rule is a one-key table).
 //! * In process only: a [`RedisPolicy`](crate::RedisPolicy) refuses concurrency rules
@@ -71,9 +75,12 @@ use smallvec::SmallVec;
 use tollgate_core::{CheckError, Clock, Decision, InFlight, Nanos, Quota};
 use tollgate_sharded::{KeyPermit, KeyedError, KeyedInFlight, KeyedLimiter};
 
-use crate::config::{ConfigError, ConfigErrorKind, MAX_CAPACITY, MatchSpec, Mode, PolicyConfig};
+use crate::config::{
+    ConfigError, ConfigErrorKind, MAX_CAPACITY, MatchSpec, Mode, PolicyConfig, Storage,
+};
 use crate::descriptor_match::DescriptorMatch;
 use crate::policy::{Descriptors, Policy, PolicyDecision, PolicyError};
+use crate::priority::{Priority, PriorityConfig};
 use crate::reload::ReloadReport;
 use crate::rules::{KeyBuf, intern};
 
@@ -117,6 +124,9 @@ pub struct ConcurrencyConfig {
     /// `enforce` (default) or `shadow`.
     #[serde(default)]
     pub mode: Mode,
+    /// Priority classes and the share of `limit` kept for each (as a rate rule's `priority`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<PriorityConfig>,
 }
 
 fn default_max_hold() -> Duration {
@@ -192,6 +202,10 @@ pub(crate) fn validate(config: &PolicyConfig, in_process: bool) -> Result<(), Co
             ));
         }
         rule.algorithm()?;
+        if let Some(priority) = &rule.priority {
+            crate::priority::validate(priority, Storage::Atomic, true)
+                .map_err(|e| ConfigError::new(name, "priority", ConfigErrorKind::Priority(e)))?;
+        }
     }
     Ok(())
 }
@@ -203,6 +217,14 @@ trait Table: Send + Sync {
         key: &[u8],
         now: Nanos,
         cost: u64,
+    ) -> Result<Result<KeyPermit, Decision>, CheckError>;
+    /// `take` leaving `reserve` units free for higher priority classes.
+    fn take_reserving(
+        &self,
+        key: &[u8],
+        now: Nanos,
+        cost: u64,
+        reserve: u64,
     ) -> Result<Result<KeyPermit, Decision>, CheckError>;
     fn in_flight(&self, key: &[u8]) -> u64;
     fn set_algorithm(&self, algorithm: InFlight);
@@ -216,6 +238,16 @@ impl<C: Clock + 'static> Table for Arc<KeyedInFlight<[u8], C>> {
         cost: u64,
     ) -> Result<Result<KeyPermit, Decision>, CheckError> {
         self.try_acquire_at(key, now, cost)
+    }
+
+    fn take_reserving(
+        &self,
+        key: &[u8],
+        now: Nanos,
+        cost: u64,
+        reserve: u64,
+    ) -> Result<Result<KeyPermit, Decision>, CheckError> {
+        self.try_acquire_reserving_at(key, now, cost, reserve)
     }
 
     fn in_flight(&self, key: &[u8]) -> u64 {
@@ -232,6 +264,8 @@ struct InFlightRule {
     name: &'static str,
     config: ConcurrencyConfig,
     matches: Box<[(Box<str>, MatchSpec)]>,
+    /// The class descriptor's name and the compiled classes (`None`: every request alike).
+    priority: Option<(Box<str>, Priority)>,
     table: Arc<dyn Table>,
 }
 
@@ -242,11 +276,21 @@ impl InFlightRule {
             .matches
             .iter()
             .all(|(name, spec)| value(descriptors, name).is_some_and(|value| spec.matches(value)));
+        // Under exact matching the class descriptor counts as named (a request carrying a class
+        // still reaches the rule).
+        let class = self.priority.as_ref().map(|(name, _)| &**name);
         named
             && (mode == DescriptorMatch::Subset
-                || descriptors
-                    .iter()
-                    .all(|(name, _)| self.matches.iter().any(|(n, _)| **n == **name)))
+                || descriptors.iter().all(|(name, _)| {
+                    Some(*name) == class || self.matches.iter().any(|(n, _)| **n == **name)
+                }))
+    }
+
+    /// Units of the limit this request must leave free, by its class.
+    fn reserve(&self, descriptors: &Descriptors<'_>) -> u64 {
+        self.priority.as_ref().map_or(0, |(name, priority)| {
+            priority.reserve_of_class(value(descriptors, name), self.config.limit)
+        })
     }
 
     /// The key bytes, encoded as a rate rule's (one value as is, several length-prefixed).
@@ -336,8 +380,14 @@ impl InFlightSet {
                     Arc::new(Arc::new(KeyedInFlight::from_table(table))) as Arc<dyn Table>
                 }
             };
+            let priority = rc.priority.as_ref().and_then(|p| {
+                // The class is read by name here: no rule-set index is needed.
+                Priority::compile(p, &mut |_| 0)
+                    .map(|compiled| (p.descriptor.as_str().into(), compiled))
+            });
             rules.push(InFlightRule {
                 name,
+                priority,
                 config: rc.clone(),
                 matches: rc
                     .matches
@@ -464,7 +514,13 @@ impl<C: Clock + Clone + 'static> Policy<C> {
                 continue;
             };
             let enforced = rule.config.mode == Mode::Enforce && !dry;
-            match rule.table.take(key, now, cost) {
+            let reserve = rule.reserve(descriptors);
+            let taken = if reserve == 0 {
+                rule.table.take(key, now, cost)
+            } else {
+                rule.table.take_reserving(key, now, cost, reserve)
+            };
+            match taken {
                 Ok(Ok(permit)) => permits.push(permit),
                 Ok(Err(denial)) if enforced => {
                     // `permits` drops here: every permit taken so far goes back.

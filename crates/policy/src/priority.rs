@@ -37,8 +37,9 @@
 //! request is denied either way.
 //!
 //! In-process storages only: the keyed table and the atomic global slot. Striped rules (per-core
-//! leases) and Redis stores refuse a `priority` ([`PriorityError::Storage`]). Shares on in-flight
-//! (concurrency) rules are not here: they belong with the in-flight limiter.
+//! leases) and Redis stores refuse a `priority` ([`PriorityError::Storage`]). A concurrency rule
+//! (`[[concurrency]]`) takes the same `priority`, its shares being of the rule's `limit` (permits
+//! in flight): a lower class is refused while the permits left are the shares above it.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -224,17 +225,23 @@ impl Priority {
         quota: &Quota,
     ) -> u64 {
         let class = values.get(self.descriptor).copied().flatten();
+        let capacity = if algorithm.is_bucket() {
+            quota.burst()
+        } else {
+            quota.limit()
+        };
+        self.reserve_of_class(class, capacity)
+    }
+
+    /// Units of `capacity` a request of `class` (`None`: no class) must leave.
+    #[inline]
+    pub(crate) fn reserve_of_class(&self, class: Option<&str>, capacity: u64) -> u64 {
         let ppm = class
             .and_then(|class| self.classes.iter().find(|(c, _)| **c == *class))
             .map_or(self.lowest, |&(_, ppm)| ppm);
         if ppm == 0 {
             return 0;
         }
-        let capacity = if algorithm.is_bucket() {
-            quota.burst()
-        } else {
-            quota.limit()
-        };
         // Rounded up: at least the share is kept.
         let units = (u128::from(capacity) * u128::from(ppm)).div_ceil(1_000_000);
         u64::try_from(units).unwrap_or(u64::MAX)

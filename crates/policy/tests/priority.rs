@@ -193,3 +193,77 @@ fn a_global_rule_keeps_its_share_too() {
             .is_allowed()
     );
 }
+
+/// A policy with one concurrency rule: 10 in flight per tenant, `priority` as given.
+fn in_flight_policy(priority: &str) -> Policy<ManualClock> {
+    let config = PolicyConfig::from_toml(&format!(
+        r#"
+        descriptor_match = "exact"
+        [[concurrency]]
+        name = "in_flight"
+        match = {{ tenant = "any" }}
+        key = ["tenant"]
+        limit = 10
+        max_hold = "60s"
+        capacity = 64
+        priority = {priority}
+        "#
+    ))
+    .unwrap();
+    Policy::with_clock(config, ManualClock::new()).unwrap()
+}
+
+#[test]
+fn an_in_flight_rule_keeps_its_share_while_a_flood_holds_the_rest() {
+    let policy = in_flight_policy(THREE_CLASSES);
+    let batch = [("tenant", "t1"), ("class", "batch")];
+    let normal = [("tenant", "t1"), ("class", "normal")];
+    let critical = [("tenant", "t1"), ("class", "critical")];
+    // A flood of batch requests that never finish: they hold 7 of the 10 permits (30 % kept).
+    let held: Vec<_> = (0..1_000)
+        .map(|_| policy.admit(&batch, 1).unwrap())
+        .filter(|a| a.is_allowed())
+        .collect();
+    assert_eq!(held.len(), 7);
+    let refused = policy.admit(&batch, 1).unwrap();
+    assert!(refused.denied_by_concurrency());
+    // Normal may take one more (it must leave critical's 20 %), then sheds.
+    let normal_held = policy.admit(&normal, 1).unwrap();
+    assert!(normal_held.is_allowed());
+    assert!(!policy.admit(&normal, 1).unwrap().is_allowed());
+    // Critical gets the last two, exactly.
+    let critical_held: Vec<_> = (0..2)
+        .map(|_| policy.admit(&critical, 1).unwrap())
+        .collect();
+    assert!(critical_held.iter().all(|a| a.is_allowed()));
+    assert!(!policy.admit(&critical, 1).unwrap().is_allowed());
+    assert_eq!(policy.in_flight("in_flight", &[("tenant", "t1")]), Some(10));
+    // The flood's requests finish: their permits come back, and batch is admitted again while
+    // the shares above it stay free.
+    drop(held);
+    assert_eq!(policy.in_flight("in_flight", &[("tenant", "t1")]), Some(3));
+    assert!(policy.admit(&batch, 1).unwrap().is_allowed());
+    drop(critical_held);
+}
+
+#[test]
+fn a_bad_in_flight_priority_is_a_typed_config_error() {
+    let config = PolicyConfig::from_toml(
+        r#"
+        [[concurrency]]
+        name = "in_flight"
+        match = { tenant = "any" }
+        key = ["tenant"]
+        limit = 10
+        capacity = 64
+        priority = { reserve = { critical = "120%" } }
+        "#,
+    )
+    .unwrap();
+    let error = Policy::with_clock(config, ManualClock::new()).unwrap_err();
+    assert_eq!(error.field, "priority");
+    assert!(matches!(
+        error.kind,
+        ConfigErrorKind::Priority(PriorityError::Share { .. })
+    ));
+}

@@ -14,16 +14,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tollgate_core::state::cas_loop;
-use tollgate_core::{
-    Algorithm, CheckError, Clock, Decision, InFlight, MonotonicClock, Nanos, Quota, Release,
-};
+use tollgate_core::{CheckError, Clock, Decision, InFlight, MonotonicClock, Nanos, Quota, Release};
 
 use crate::error::KeyedError;
 use crate::insert::Landed;
 use crate::limiter::{KeyedLimiter, Place, Scan};
 use crate::slot::SlotWord;
 use crate::sync::{AtomicUsize, Ordering, lock};
-use crate::table::Plain;
+use crate::table::{Headroom, Plain};
 
 /// At most `limit` units in flight per key, in the keyed table's fixed memory.
 ///
@@ -128,8 +126,62 @@ impl<K: ?Sized + 'static, C: Clock + 'static> KeyedInFlight<K, C> {
         K: Borrow<Q>,
         Q: Hash + ?Sized,
     {
+        self.acquire_with(key, now, cost, Plain)
+    }
+
+    /// [`try_acquire_at`](Self::try_acquire_at) leaving `reserve` units of the key's limit for
+    /// higher priority classes: admitted only if, after it, at least `reserve` more units could
+    /// still be taken ([`Algorithm::decide_reserving`](tollgate_core::Algorithm::decide_reserving),
+    /// in the same compare-and-swap; a denial takes nothing). A denial because of the reserve
+    /// alone says [`Decision::NEVER`] when `cost + reserve` exceeds the limit.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use tollgate_sharded::KeyedInFlight;
+    /// let limits = Arc::new(KeyedInFlight::<str>::new(10, Duration::from_secs(60), 100)?);
+    /// let now = limits.table().now();
+    /// // Batch traffic must leave 2 of each key's 10 for critical traffic.
+    /// let batch: Vec<_> = (0..10)
+    ///     .filter_map(|_| limits.try_acquire_reserving_at("acme", now, 1, 2).unwrap().ok())
+    ///     .collect();
+    /// assert_eq!(batch.len(), 8);
+    /// assert!(limits.try_acquire_at("acme", now, 2)?.is_ok()); // the reserved 2
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`try_acquire`](Self::try_acquire).
+    pub fn try_acquire_reserving_at<Q>(
+        self: &Arc<Self>,
+        key: &Q,
+        now: Nanos,
+        cost: u64,
+        reserve: u64,
+    ) -> Result<Result<KeyPermit, Decision>, CheckError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + ?Sized,
+    {
+        if reserve == 0 {
+            return self.acquire_with(key, now, cost, Plain);
+        }
+        self.acquire_with(key, now, cost, reserve)
+    }
+
+    fn acquire_with<Q>(
+        self: &Arc<Self>,
+        key: &Q,
+        now: Nanos,
+        cost: u64,
+        reserve: impl Headroom,
+    ) -> Result<Result<KeyPermit, Decision>, CheckError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + ?Sized,
+    {
         let place = self.table.place(self.table.hasher.hash_one(key));
-        let (decision, landed) = self.take(place, now, cost)?;
+        let (decision, landed) = self.take(place, now, cost, reserve)?;
         if !decision.is_allowed() {
             return Ok(Err(decision));
         }
@@ -175,16 +227,24 @@ impl<K: ?Sized + 'static, C: Clock + 'static> KeyedInFlight<K, C> {
 
     /// The take: the key's slot lock-free, else the table's insert path (which may decide it by the
     /// stripe's overflow count); says which.
-    fn take(&self, place: Place, now: Nanos, cost: u64) -> Result<(Decision, Landed), CheckError> {
+    fn take(
+        &self,
+        place: Place,
+        now: Nanos,
+        cost: u64,
+        reserve: impl Headroom,
+    ) -> Result<(Decision, Landed), CheckError> {
         loop {
             match self.table.scan(place, None, None) {
                 Scan::Found(index, found) => {
-                    if let Some(result) = self.take_slot(index, found, now, cost) {
+                    if let Some(result) = self.take_slot(index, found, now, cost, reserve) {
                         return result.map(|decision| (decision, Landed::Slot));
                     }
                     // Re-tagged under us (the key was evicted at count 0): look again.
                 }
-                Scan::Missing { .. } => return self.table.insert_located(place, now, cost, Plain),
+                Scan::Missing { .. } => {
+                    return self.table.insert_located(place, now, cost, reserve);
+                }
             }
         }
     }
@@ -196,6 +256,7 @@ impl<K: ?Sized + 'static, C: Clock + 'static> KeyedInFlight<K, C> {
         current: SlotWord,
         now: Nanos,
         cost: u64,
+        reserve: impl Headroom,
     ) -> Option<Result<Decision, CheckError>> {
         let hash_part = current.hash_part();
         let outcome = cas_loop(
@@ -205,8 +266,8 @@ impl<K: ?Sized + 'static, C: Clock + 'static> KeyedInFlight<K, C> {
                     return Err(None);
                 }
                 let (algorithm, seen) = self.table.resolve(word);
-                let transition = algorithm
-                    .decide(seen.state, now, cost)
+                let transition = reserve
+                    .decide(algorithm, seen.state, now, cost)
                     .map_err(|error| Some(Err(error)))?;
                 let reclaimed = match transition.next {
                     Some(_) => algorithm.reclaimable(seen.state, now),
