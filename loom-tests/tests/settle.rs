@@ -66,7 +66,7 @@ fn a_give_back_racing_a_check_is_seen_whole_or_not_at_all() {
     loom::model(|| {
         // 3 of 4 reserved, 1 used: 2 come back. The check of 2 passes only after the settlement.
         let (admitted, wait) = race(3, 1);
-        let counted = 1 + if admitted { 2 } else { 0 };
+        let counted: u64 = 1 + if admitted { 2 } else { 0 };
         // A unit is free now unless all 4 are counted.
         let expected_wait = (counted + 1).saturating_sub(4);
         assert_eq!(wait, expected_wait, "counted {counted}");
