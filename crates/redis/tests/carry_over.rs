@@ -143,17 +143,29 @@ async fn random_pairs<A: RedisEncoding + Clone>(seed_value: u64, quota: fn(&mut 
             new.quota()
         );
         let expect = want.next.unwrap_or(carried);
+        // The key's TTL runs on Redis's real clock while this test's time is simulated: a state
+        // whose TTL is short may expire before the next command reads it (then it reads as fresh,
+        // which is what the TTL promises by then). Below 100 ms, either answer is accepted.
+        let may_vanish = new.ttl(expect, t) < 100_000_000;
         if !same_quota && word != 0 {
             converted += 1;
             // Stored under the new quota, even by a denial: a fresh state as no key.
-            assert_eq!(stored(&mut conn, &new, "t:k").await, expect, "{key}");
+            let found = stored(&mut conn, &new, "t:k").await;
+            assert!(
+                found == expect || (may_vanish && found == 0),
+                "{key}: stored {found}, want {expect}"
+            );
         }
         // A later call decides on what was stored, under the new quota alone.
         let later = t + rng.random_range(0..new.quota().period_nanos() / 1000 + 1) * 1000;
         let cost = rng.random_range(0..=new.capacity());
         let got = lim.try_peek_at("k", later, cost).await.unwrap();
         let want = new.decide(expect, later, cost).unwrap().decision;
-        assert!(same(got, want), "{key} later: {got:?} vs {want:?}");
+        let fresh = new.decide(0, later, cost).unwrap().decision;
+        assert!(
+            same(got, want) || (may_vanish && same(got, fresh)),
+            "{key} later: {got:?} vs {want:?}"
+        );
     }
     assert!(converted > 50, "only {converted} rounds converted a state");
 }

@@ -9,8 +9,8 @@ use std::marker::PhantomData;
 
 use tollgate_core::{Algorithm, CheckError, Clock, Decision};
 
+use crate::headroom::Plain;
 use crate::limiter::{KeyedLimiter, Place};
-use crate::table::Plain;
 
 impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     /// Decides `cost` units for each key of `keys`, in order, fetching each key's slot a few keys

@@ -17,11 +17,11 @@ use tollgate_core::state::cas_loop;
 use tollgate_core::{CheckError, Clock, Decision, InFlight, MonotonicClock, Nanos, Quota, Release};
 
 use crate::error::KeyedError;
+use crate::headroom::{Headroom, Plain};
 use crate::insert::Landed;
 use crate::limiter::{KeyedLimiter, Place, Scan};
 use crate::slot::SlotWord;
 use crate::sync::{AtomicUsize, Ordering, lock};
-use crate::table::{Headroom, Plain};
 
 /// At most `limit` units in flight per key, in the keyed table's fixed memory.
 ///

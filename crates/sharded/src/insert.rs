@@ -4,11 +4,11 @@
 use tollgate_core::{Algorithm, CheckError, Clock, Decision, Nanos};
 
 use crate::defaults::default_tier;
+use crate::headroom::Headroom;
 use crate::ledger::OverflowLedger;
 use crate::limiter::{KeyedLimiter, Place, SlotAt, Stripe};
 use crate::slot::SlotWord;
 use crate::sync::{Ordering, lock};
-use crate::table::Headroom;
 
 /// Which state decided a new key: its own slot (or nothing was written), or its stripe's overflow
 /// state.

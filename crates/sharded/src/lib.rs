@@ -58,6 +58,7 @@ mod batch;
 mod builder;
 mod defaults;
 mod error;
+mod headroom;
 mod inflight;
 mod insert;
 mod ledger;

@@ -14,10 +14,10 @@ use tollgate_core::{
 
 use crate::defaults::Defaults;
 use crate::error::KeyedError;
+use crate::headroom::Plain;
 use crate::ledger::OverflowLedger;
 use crate::slot::{SlotWord, TIER_MASK};
 use crate::sync::{AtomicPair, AtomicUsize, Mutex, OnceLock, Ordering, lock};
-use crate::table::Plain;
 
 /// The most stripes a table may have.
 pub const MAX_STRIPES: usize = 1 << 16;

@@ -4,6 +4,7 @@
 use tollgate_core::state::cas_loop;
 use tollgate_core::{Algorithm, CheckError, Clock, Decision, Nanos};
 
+use crate::headroom::Headroom;
 use crate::limiter::{KeyedLimiter, Place, Scan};
 use crate::slot::{SlotWord, tag_hash};
 use crate::sync::Ordering;
@@ -165,7 +166,7 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     }
 
     /// Applies the key's algorithm to the slot with the pair CAS loop, keeping `reserve`'s headroom
-    /// ([`Plain`]: none). `None`: the slot no longer holds the key (evicted under us); the caller
+    /// ([`Plain`](crate::headroom::Plain): none). `None`: the slot no longer holds the key (evicted under us); the caller
     /// rescans.
     #[inline]
     pub(crate) fn apply(
@@ -201,80 +202,5 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
             Ok((decision, _)) => Some(Ok(decision)),
             Err(stopped) => stopped,
         }
-    }
-}
-
-/// How much a decision must leave for higher priority classes: a type, so that the plain path
-/// ([`Plain`]) compiles to exactly `Algorithm::decide` with no test of a reserve at run time, and
-/// a reserve (`u64` units) to `Algorithm::decide_reserving`.
-pub(crate) trait Headroom: Copy {
-    /// The transition for `cost` units at `now` from `state`.
-    fn decide<A: Algorithm>(
-        self,
-        algorithm: &A,
-        state: u64,
-        now: Nanos,
-        cost: u64,
-    ) -> Result<tollgate_core::Transition, CheckError>;
-
-    /// The same decision applied to an atomic state word (the stripe's overflow state).
-    fn apply<A: Algorithm>(
-        self,
-        state: &tollgate_core::AtomicState,
-        algorithm: &A,
-        now: Nanos,
-        cost: u64,
-    ) -> Result<Decision, CheckError>;
-}
-
-/// No headroom: a plain decision.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Plain;
-
-impl Headroom for Plain {
-    #[inline(always)]
-    fn decide<A: Algorithm>(
-        self,
-        algorithm: &A,
-        state: u64,
-        now: Nanos,
-        cost: u64,
-    ) -> Result<tollgate_core::Transition, CheckError> {
-        algorithm.decide(state, now, cost)
-    }
-
-    #[inline(always)]
-    fn apply<A: Algorithm>(
-        self,
-        state: &tollgate_core::AtomicState,
-        algorithm: &A,
-        now: Nanos,
-        cost: u64,
-    ) -> Result<Decision, CheckError> {
-        state.apply(algorithm, now, cost)
-    }
-}
-
-impl Headroom for u64 {
-    #[inline(always)]
-    fn decide<A: Algorithm>(
-        self,
-        algorithm: &A,
-        state: u64,
-        now: Nanos,
-        cost: u64,
-    ) -> Result<tollgate_core::Transition, CheckError> {
-        algorithm.decide_reserving(state, now, cost, self)
-    }
-
-    #[inline(always)]
-    fn apply<A: Algorithm>(
-        self,
-        state: &tollgate_core::AtomicState,
-        algorithm: &A,
-        now: Nanos,
-        cost: u64,
-    ) -> Result<Decision, CheckError> {
-        state.apply_reserving(algorithm, now, cost, self)
     }
 }
