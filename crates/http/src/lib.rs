@@ -65,6 +65,7 @@
 #[doc = include_str!("../../../guides/edge-fields.md")]
 struct GuideEdgeFields;
 
+#[cfg(feature = "policy")]
 mod admit_layer;
 mod async_layer;
 mod body;
