@@ -36,9 +36,14 @@ struct Taken {
 ///
 /// Costs known only after the response, on Redis: [`RedisPolicy::reserve`] an estimate, then
 /// [`RedisPolicy::settle`] the actual cost. The same semantics as the in-process
-/// [`Policy::reserve`](crate::Policy::reserve) and [`Reservation`](crate::Reservation) (whose
-/// docs state the bound on what a key can pass, which holds here as there), with each rule's
-/// state in Redis:
+/// [`Policy::reserve`](crate::Policy::reserve) and [`Reservation`](crate::Reservation) (a test
+/// checks that Redis answers every reservation and settlement as they do, on random traces), with
+/// each rule's state in Redis. So the same bound: counting every unit when the state took it (an
+/// estimate at its reservation, a charge at its settlement, a give-back as negative), in any
+/// interval of length `L` a bucket counts at most `burst + rate × L + O` and a fixed window at
+/// most `limit + O` per window, `O` being the overdrafts charged in the interval after its last
+/// admission: **the quota plus one request's overshoot** when a key's requests do not overlap, `c`
+/// overshoots with `c` in flight at once.
 ///
 /// * **Reserve**: the decision [`RedisPolicy::check`] gives for the estimate, by the same engine:
 ///   per request, every rule of the request in **one atomic script call** (one round trip; a
@@ -59,7 +64,9 @@ struct Taken {
 ///   * **Lease mode**: a surplus goes back to this process's live lease for the key, locally, as a
 ///     refund does (`LeasedLimiter::refund`: at most what that lease admitted, nothing once it has
 ///     expired: those units stay spent); a charge goes to Redis, on the shared bucket's key, in
-///     one script call for all of the request's rules.
+///     one script call for all of the request's rules. The debt is the shared bucket's: leases
+///     already granted (this process's and others') are spent first, within the lease mode's
+///     bound; new grants wait for the debt to refill.
 /// * **Dropped unsettled**: nothing happens, which *is* settling at the estimate (the estimate was
 ///   written at the reservation): no I/O, no leak on cancellation or panic. **A process that dies
 ///   holding reservations** leaves their estimates spent in Redis: never over-admits; the surplus

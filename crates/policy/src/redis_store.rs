@@ -514,6 +514,12 @@ pub(crate) struct RedisLive {
 ///   early, never admitted beyond the quota. A refund Redis cannot take (an outage) leaves the
 ///   units spent: stricter, never looser.
 ///
+/// # Costs known only after the response
+/// [`reserve`](Self::reserve) an estimate (one round trip per request mode), then
+/// [`settle`](Self::settle) the actual cost (one round trip for all of the request's rules: the
+/// surplus given back, an overdraft charged into debt); a dropped reservation stays at its
+/// estimate. See [`RedisReservation`](crate::RedisReservation).
+///
 /// # Keys
 /// A rule's key `k` lives at `<prefix><rule>:<algorithm>:<k>`: `k` is the descriptor's value for a
 /// rule keyed by one descriptor, the hex of the length-prefixed encoding for several, empty for a

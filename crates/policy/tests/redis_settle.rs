@@ -14,7 +14,8 @@ use rand::{Rng, SeedableRng};
 use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
 use redis_server::RedisServer;
-use tollgate_policy::{PolicyConfig, RedisPolicy, RedisSettings};
+use tollgate_core::ManualClock;
+use tollgate_policy::{Policy, PolicyConfig, RedisPolicy, RedisSettings};
 use tollgate_redis::{ConnectionManager, FaultPolicy, LeaseConfig, RedisConfig};
 
 /// An hour boundary (ns since the Unix epoch), so the windows of every test align alike.
@@ -153,6 +154,112 @@ async fn the_state_in_redis_is_the_sum_of_the_settled_costs() {
     assert!(admitted > 100 && denied > 10 && over > 30 && under > 30);
     // Each request passed whole or not at all: at most one overshoot beyond the quota.
     assert!(settled <= 10_000 + 200, "{settled}");
+}
+
+/// Every algorithm, short periods, so that on the simulated clock buckets refill and windows roll
+/// between a reservation and its settlement.
+const MIXED: &str = r#"
+    [[rules]]
+    name = "bucket"
+    match = { tenant = "any" }
+    key = ["tenant"]
+    limit = 20
+    period = "10s"
+
+    [[rules]]
+    name = "leaky"
+    match = { tenant = "any" }
+    key = ["tenant"]
+    algorithm = "leaky_bucket"
+    limit = 30
+    period = "12s"
+
+    [[rules]]
+    name = "fixed"
+    match = { tenant = "any" }
+    key = ["tenant"]
+    algorithm = "fixed_window"
+    limit = 50
+    period = "30s"
+
+    [[rules]]
+    name = "sliding"
+    match = { tenant = "any", route = "any" }
+    key = ["tenant", "route"]
+    algorithm = "sliding_window"
+    limit = 40
+    period = "20s"
+"#;
+
+/// Random reservations, settlements (surplus, exact, overdraft, zero) and drops on a simulated
+/// clock, several reservations outstanding at once, settled seconds later: Redis answers every
+/// reservation as the in-process `Policy::reserve` does (the same model: `crates/policy/src/settle.rs`)
+/// and every settlement alike, so the Redis state evolves as the in-process one.
+#[tokio::test]
+async fn reserves_and_settles_exactly_as_the_in_process_policy() {
+    let server = RedisServer::start();
+    let redis = policy(&server, MIXED);
+    let mut config = PolicyConfig::from_toml(MIXED).unwrap();
+    for rule in &mut config.rules {
+        rule.capacity = Some(64);
+    }
+    let local = Policy::with_clock(config, ManualClock::new()).unwrap();
+    let mut rng = StdRng::seed_from_u64(2028);
+    let tenants = ["a", "b"];
+    let routes = ["/x", "/y"];
+    let mut now = NOW + 7_000_000; // not on a window boundary
+    let mut held = Vec::new();
+    let (mut admitted, mut denied, mut settled) = (0, 0, 0);
+    for step in 0..500 {
+        now += rng.random_range(0..=1_500_000u64) * 1000; // whole µs
+        let roll = rng.random_range(0..10);
+        if roll < 5 || held.is_empty() {
+            let request = [
+                ("tenant", tenants[rng.random_range(0..2)]),
+                ("route", routes[rng.random_range(0..2)]),
+            ];
+            let estimate = rng.random_range(1..=12u64);
+            let want = local.reserve_at(&request, now, estimate).unwrap();
+            let got = redis.reserve_at(&request, now, estimate).await.unwrap();
+            let (w, g) = (&want.decision, &got.decision);
+            assert_eq!(g.is_allowed(), w.is_allowed(), "step {step}: {request:?}");
+            assert_eq!(g.rule, w.rule, "step {step}");
+            assert_eq!(
+                g.decision.remaining(),
+                w.decision.remaining(),
+                "step {step}"
+            );
+            match (want.reservation, got.reservation) {
+                (Some(w), Some(g)) => {
+                    assert_eq!(g.rules(), w.rules(), "step {step}");
+                    admitted += 1;
+                    held.push((w, g));
+                }
+                (None, None) => denied += 1,
+                _ => panic!("step {step}: one reserved, the other not"),
+            }
+        } else {
+            let (w, g) = held.swap_remove(rng.random_range(0..held.len()));
+            if roll == 9 {
+                // Dropped: both stay at the estimate.
+                continue;
+            }
+            let estimate = w.estimate();
+            let actual = match rng.random_range(0..4) {
+                0 => 0,
+                1 => estimate,
+                _ => rng.random_range(0..=2 * estimate),
+            };
+            let want = local.settle_at(w, now, actual);
+            let got = redis.settle_at(g, now, actual).await.unwrap();
+            assert_eq!(got, want, "step {step}");
+            settled += 1;
+        }
+    }
+    assert!(
+        admitted > 100 && denied > 30 && settled > 100,
+        "{admitted} {denied} {settled}"
+    );
 }
 
 #[tokio::test]
