@@ -344,7 +344,7 @@ impl RedisStore {
         let cause = match error {
             Error::CircuitOpen => "circuit_open",
             Error::CorruptState { .. } => "corrupt",
-            Error::WrongType { .. } | Error::DuplicateKey { .. } => "config",
+            Error::WrongType { .. } | Error::DuplicateKey { .. } | Error::NoCharge => "config",
             _ => "outage",
         };
         let answer = match self.fail {
