@@ -4,8 +4,9 @@
 //! [`TOLLGATE_EXPLAIN`](crate::headers::TOLLGATE_EXPLAIN)) and a predicate over the request's
 //! [`RequestFacts`] saying whom the operator trusts (a peer on an internal network, a request
 //! carrying an operator's token). A request the predicate trusts is decided by
-//! [`Policy::explain_next_at`] (or [`Policy::admit_explained_at`] on the admit path): the same
-//! decision, consuming the same units, with its trace, rendered in one line (the
+//! [`Policy::explain_next_at`](tollgate_policy::Policy::explain_next_at) (or
+//! [`Policy::admit_explained_at`](tollgate_policy::Policy::admit_explained_at) on the admit path):
+//! the same decision, consuming the same units, with its trace, rendered in one line (the
 //! [`Explanation`](tollgate_policy::Explanation)'s `Display`: which rule decided, each rule's key,
 //! quota, tier, state before and after, or why it did not apply) and made header-safe by
 //! [`explain_value`]. Every other request is decided as without the option: the decision path
@@ -13,10 +14,11 @@
 //!
 //! Nothing a client sends turns the header on: asking for it (sending the header, say) is not
 //! trust, only the predicate is. Every edge over a [`PolicyEdge`] adds the header as it is: the
-//! tower [`PolicyLayer`](crate::PolicyLayer) and [`AdmitLayer`](crate::AdmitLayer) on the
-//! forwarded response and on a 429 (the layer's 413 for a cost no rule can ever admit carries no
-//! trace: its body says why), tollgate-pingora on every answer. Only in-process policies explain:
-//! a trace reads each rule's state, which on Redis would cost round trips.
+//! tower [`PolicyLayer`](crate::PolicyLayer) on the forwarded response and on a 429 (its 413 for
+//! a cost no rule can ever admit carries no trace: its body says why), the
+//! [`AdmitLayer`](crate::AdmitLayer) on those and on its 503, tollgate-pingora on every answer.
+//! Only in-process policies explain (not the Redis edges): a trace reads each rule's state, which
+//! on Redis would cost round trips.
 
 use std::fmt;
 use std::sync::Arc;
