@@ -22,8 +22,8 @@ use http::header::RETRY_AFTER;
 use http::{Request, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
-use tollgate_core::Clock;
-use tollgate_policy::Admission;
+use tollgate_core::{Clock, Nanos};
+use tollgate_policy::{Admission, PolicyError};
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -46,34 +46,51 @@ pub struct Admitted {
 
 impl<C: Clock + Clone + 'static> PolicyEdge<C> {
     /// Decides `facts` for `cost` units against the policy's rate and concurrency rules as one
-    /// ([`Policy::admit_at`](tollgate_policy::Policy::admit_at)).
+    /// ([`Policy::admit_at`](tollgate_policy::Policy::admit_at)); for a request the
+    /// [`explain_header`](Self::explain_header) predicate trusts, with the decision's trace in
+    /// [`EdgeVerdict::explain`].
     pub fn admit(&self, facts: &RequestFacts<'_>, cost: u64) -> Admitted {
+        if let Some(explain) = self.explain_for(facts) {
+            return self.admit_explained(facts, cost, explain);
+        }
         self.with_descriptors(facts, |descriptors| {
-            let policy = self.policy();
-            let now = policy.now();
-            let admission = match policy.admit_at(descriptors, now, cost) {
-                Ok(admission) => admission,
-                Err(error) => {
-                    return Admitted {
-                        verdict: EdgeVerdict::of_check(Err(error), cost, &self.fields, |_| None),
-                        admission: None,
-                    };
-                }
-            };
-            let rule = admission.decision.rule;
-            let checked = Ok((admission.decision, admission.next_unit()));
-            let mut verdict = EdgeVerdict::of_check(checked, cost, &self.fields, |n| {
-                policy.peek_rule_at(rule?, descriptors, now, n)?.ok()
-            });
-            if admission.denied_by_concurrency() {
-                verdict.status = StatusCode::SERVICE_UNAVAILABLE;
-                verdict.fields = None;
-            }
-            Admitted {
-                admission: verdict.allowed.then_some(admission),
-                verdict,
-            }
+            let now = self.policy().now();
+            let admitted = self.policy().admit_at(descriptors, now, cost);
+            self.render_admission(admitted, descriptors, now, cost)
         })
+    }
+
+    /// The verdict for what `admit_at` (or its explained twin) answered for `descriptors`.
+    pub(crate) fn render_admission(
+        &self,
+        admitted: Result<Admission, PolicyError>,
+        descriptors: &[(&str, &str)],
+        now: Nanos,
+        cost: u64,
+    ) -> Admitted {
+        let policy = self.policy();
+        let admission = match admitted {
+            Ok(admission) => admission,
+            Err(error) => {
+                return Admitted {
+                    verdict: EdgeVerdict::of_check(Err(error), cost, &self.fields, |_| None),
+                    admission: None,
+                };
+            }
+        };
+        let rule = admission.decision.rule;
+        let checked = Ok((admission.decision, admission.next_unit()));
+        let mut verdict = EdgeVerdict::of_check(checked, cost, &self.fields, |n| {
+            policy.peek_rule_at(rule?, descriptors, now, n)?.ok()
+        });
+        if admission.denied_by_concurrency() {
+            verdict.status = StatusCode::SERVICE_UNAVAILABLE;
+            verdict.fields = None;
+        }
+        Admitted {
+            admission: verdict.allowed.then_some(admission),
+            verdict,
+        }
     }
 }
 
@@ -177,6 +194,7 @@ where
             .as_ref()
             .filter(|_| mode.ietf || mode.legacy)
             .map(|values| Fields::of_values(mode, values));
+        let explain = verdict.explain;
         let ready = |response: Response<Bytes>| AdmitFuture {
             state: AdmitState::Ready {
                 response: Some(response),
@@ -188,11 +206,21 @@ where
                 state: AdmitState::Inner {
                     future: self.inner.call(request),
                     admission,
-                    fields: fields.filter(|_| mode.on_allowed),
+                    fields: Fields::with_explain(fields.filter(|_| mode.on_allowed), explain),
                 },
             },
-            StatusCode::SERVICE_UNAVAILABLE => ready(busy(secs)),
-            StatusCode::TOO_MANY_REQUESTS => ready(too_many_requests(mode, secs, fields)),
+            StatusCode::SERVICE_UNAVAILABLE => {
+                let mut response = busy(secs);
+                if let Some(fields) = Fields::with_explain(None, explain) {
+                    fields.apply(response.headers_mut());
+                }
+                ready(response)
+            }
+            StatusCode::TOO_MANY_REQUESTS => ready(too_many_requests(
+                mode,
+                secs,
+                Fields::with_explain(fields, explain),
+            )),
             status => ready(json_response(status, Bytes::from_static(COST_BODY))),
         }
     }

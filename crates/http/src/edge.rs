@@ -54,7 +54,8 @@ use http::{HeaderMap, StatusCode};
 use tollgate_core::{Clock, Decision, MonotonicClock};
 use tollgate_policy::{Policy, PolicyDecision, PolicyError};
 
-use crate::headers;
+use crate::explain::ExplainHeader;
+use crate::headers::{self, ExplainField};
 use crate::key::{ClientIp, RequestHead};
 use crate::policy_fields::{FieldValues, PolicyFields};
 
@@ -270,6 +271,9 @@ pub struct EdgeVerdict {
     pub decided: Option<PolicyDecision>,
     /// Why it could not be decided (a cost no enforcing rule can ever admit).
     pub error: Option<PolicyError>,
+    /// The decision's trace as a response header: only for a request the edge's
+    /// [`explain_header`](PolicyEdge::explain_header) predicate trusts, else `None`.
+    pub explain: Option<Box<ExplainField>>,
 }
 
 impl EdgeVerdict {
@@ -298,6 +302,7 @@ impl EdgeVerdict {
                     fields: None,
                     decided: None,
                     error: Some(error),
+                    explain: None,
                 };
             }
         };
@@ -327,6 +332,7 @@ impl EdgeVerdict {
                 .and_then(|(rule, quota)| fields.with_limit(rule, quota, limit, retry_after)),
             decided: Some(decided),
             error: None,
+            explain: None,
         }
     }
 
@@ -427,6 +433,8 @@ pub struct PolicyEdge<C = MonotonicClock> {
     client_ip: Option<ClientIp>,
     names: DescriptorNames,
     pub(crate) fields: PolicyFields,
+    /// The opt-in trace header and whom it is for (`None`, the default: never).
+    pub(crate) explain: Option<ExplainHeader>,
 }
 
 impl<C> fmt::Debug for PolicyEdge<C> {
@@ -446,6 +454,7 @@ impl<C: Clock + Clone + 'static> PolicyEdge<C> {
             client_ip: None,
             names: DescriptorNames::default(),
             fields: PolicyFields::new(),
+            explain: None,
         }
     }
 
@@ -490,8 +499,13 @@ impl<C: Clock + Clone + 'static> PolicyEdge<C> {
         with_descriptors(&self.names, self.client_ip.as_ref(), facts, f)
     }
 
-    /// Decides `facts` for `cost` units.
+    /// Decides `facts` for `cost` units; for a request the
+    /// [`explain_header`](Self::explain_header) predicate trusts, with the decision's trace in
+    /// [`EdgeVerdict::explain`].
     pub fn decide(&self, facts: &RequestFacts<'_>, cost: u64) -> EdgeVerdict {
+        if let Some(explain) = self.explain_for(facts) {
+            return self.decide_explained(facts, cost, explain);
+        }
         self.with_descriptors(facts, |descriptors| {
             let now = self.policy.now();
             EdgeVerdict::decide(&self.policy, descriptors, now, cost, &self.fields)

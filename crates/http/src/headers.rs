@@ -50,6 +50,68 @@ pub static X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-rateli
 /// admitted), NOT a Unix timestamp.
 pub static X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
 
+/// `Tollgate-Explain`, the conventional name of the opt-in header carrying a decision's trace to
+/// a trusted caller (see [`PolicyEdge::explain_header`](crate::PolicyEdge::explain_header)).
+pub static TOLLGATE_EXPLAIN: HeaderName = HeaderName::from_static("tollgate-explain");
+
+/// The longest explain header value, in bytes: a longer trace is cut and ends in ` ...`. Proxies
+/// commonly refuse response heads past 8 KiB; a trace is about 100 bytes a rule.
+pub const MAX_EXPLAIN_LEN: usize = 4096;
+
+/// A decision's trace as a response header, computed by the edge that decided, for a trusted
+/// caller only: every edge adds it as it is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExplainField {
+    /// The header's name.
+    pub name: HeaderName,
+    /// Its value: the trace in one line, made header-safe by [`explain_value`].
+    pub value: HeaderValue,
+}
+
+/// `text` (an explanation's one-line `Display`) as a header value: visible ASCII and spaces are
+/// kept, every other byte (control characters, line breaks, non-ASCII text from a descriptor) and
+/// `%` itself are written `%XX`, so the value is always valid and a client can decode it; past
+/// [`MAX_EXPLAIN_LEN`] bytes it is cut and ends in ` ...`.
+///
+/// ```
+/// use tollgate_http::headers::explain_value;
+/// assert_eq!(explain_value("denied by per_ip; per_ip: key `a\r\nb`"),
+///            "denied by per_ip; per_ip: key `a%0D%0Ab`");
+/// assert_eq!(explain_value("100% caf\u{e9}"), "100%25 caf%C3%A9");
+/// ```
+pub fn explain_value(text: &str) -> HeaderValue {
+    const CUT: &[u8] = b" ...";
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    let mut out = Vec::with_capacity(text.len());
+    for &byte in text.as_bytes() {
+        if (0x20..0x7f).contains(&byte) && byte != b'%' {
+            out.push(byte);
+        } else {
+            out.extend_from_slice(&[
+                b'%',
+                HEX[usize::from(byte >> 4)],
+                HEX[usize::from(byte & 15)],
+            ]);
+        }
+    }
+    if out.len() > MAX_EXPLAIN_LEN {
+        let mut end = MAX_EXPLAIN_LEN - CUT.len();
+        // Never split a `%XX`.
+        if let Some(at) = out[end.saturating_sub(2)..end]
+            .iter()
+            .position(|&b| b == b'%')
+        {
+            end = end.saturating_sub(2) + at;
+        }
+        out.truncate(end);
+        out.extend_from_slice(CUT);
+    }
+    // Every byte is visible ASCII or a space (and the value does not start or end with a space
+    // that matters: `HeaderValue` keeps them as given).
+    HeaderValue::from_maybe_shared(Bytes::from(out))
+        .unwrap_or_else(|_| HeaderValue::from_static("unrepresentable trace"))
+}
+
 const Q: &KeyRef = KeyRef::constant("q");
 const W: &KeyRef = KeyRef::constant("w");
 
@@ -428,6 +490,28 @@ pub(crate) fn denial_body(retry_secs: u64) -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_trace_is_cut_between_escapes_and_stays_a_valid_value() {
+        let short = "x".repeat(MAX_EXPLAIN_LEN);
+        assert_eq!(
+            explain_value(&short).len(),
+            MAX_EXPLAIN_LEN,
+            "a trace that fits is kept"
+        );
+        for pad in 0..3 {
+            // Escapes straddle the cut at every offset.
+            let text = format!("{}{}", "a".repeat(pad), "\u{e9}".repeat(MAX_EXPLAIN_LEN));
+            let value = explain_value(&text);
+            let bytes = value.as_bytes();
+            assert!(bytes.len() <= MAX_EXPLAIN_LEN);
+            assert!(bytes.ends_with(b" ..."));
+            let body = &bytes[..bytes.len() - 4];
+            let escaped = &body[pad..];
+            assert_eq!(escaped.len() % 3, 0, "no `%XX` split (pad {pad})");
+            assert!(escaped.chunks(3).all(|c| c == b"%C3" || c == b"%A9"));
+        }
+    }
 
     #[test]
     fn rounding_is_up_and_never_zero_on_denial() {

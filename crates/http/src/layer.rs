@@ -24,7 +24,7 @@ use tower_service::Service;
 use crate::body::RateLimitBody;
 use crate::check::KeyedCheck;
 use crate::headers::{
-    self, HeaderMode, PolicyHeaders, PolicyNameError, RATELIMIT, RATELIMIT_POLICY,
+    self, ExplainField, HeaderMode, PolicyHeaders, PolicyNameError, RATELIMIT, RATELIMIT_POLICY,
     X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
 };
 use crate::key::{KeyExtractor, RequestHead};
@@ -732,6 +732,8 @@ impl<E: KeyExtractor, L: KeyedCheck<E::Key>, Cf> GateBuilder<KeyedDecider<E, L>,
 pub struct Fields {
     ietf: Option<(HeaderValue, HeaderValue)>,
     legacy: Option<(HeaderValue, HeaderValue, HeaderValue)>,
+    /// A trusted caller's trace (boxed: one pointer, null on every other response).
+    explain: Option<Box<ExplainField>>,
 }
 
 impl Fields {
@@ -748,6 +750,7 @@ impl Fields {
                     HeaderValue::from(t),
                 )
             }),
+            explain: None,
         }
     }
 
@@ -766,7 +769,25 @@ impl Fields {
                     HeaderValue::from(t),
                 )
             }),
+            explain: None,
         }
+    }
+
+    /// `fields` with a trusted caller's trace added (`explain` is `None` but for such callers).
+    pub(crate) fn with_explain(
+        fields: Option<Fields>,
+        explain: Option<Box<ExplainField>>,
+    ) -> Option<Fields> {
+        let Some(explain) = explain else {
+            return fields;
+        };
+        let mut fields = fields.unwrap_or(Fields {
+            ietf: None,
+            legacy: None,
+            explain: None,
+        });
+        fields.explain = Some(explain);
+        Some(fields)
     }
 
     pub(crate) fn apply(self, headers: &mut HeaderMap) {
@@ -779,6 +800,10 @@ impl Fields {
             headers.insert(&X_RATELIMIT_LIMIT, limit);
             headers.insert(&X_RATELIMIT_REMAINING, remaining);
             headers.insert(&X_RATELIMIT_RESET, reset);
+        }
+        if let Some(explain) = self.explain {
+            let ExplainField { name, value } = *explain;
+            headers.insert(name, value);
         }
     }
 }

@@ -75,6 +75,8 @@ mod check;
 pub mod conformance;
 #[cfg(feature = "policy")]
 pub mod edge;
+#[cfg(feature = "policy")]
+pub mod explain;
 mod forwarded;
 pub mod headers;
 mod key;

@@ -4,10 +4,13 @@
 
 use std::sync::Arc;
 
+use http::header::HeaderName;
+
 use tollgate_core::{Clock, MonotonicClock};
 use tollgate_policy::Policy;
 
 use crate::edge::{DescriptorNames, DescriptorSourceError, PolicyEdge, RequestFacts};
+use crate::explain::ExplainHeader;
 use crate::key::{ClientIp, RequestHead};
 use crate::layer::{
     Answer, COST_BODY, Decide, Decided, Fields, Gate, GateBuilder, GateLayer, LaterVerdict,
@@ -30,13 +33,13 @@ impl<C: Clock + Clone + 'static> Decide for PolicyEdge<C> {
     ) -> Decided<LaterVerdict> {
         let cost = cost.cost(head);
         let verdict = PolicyEdge::decide(self, &RequestFacts::of(head), cost);
-        rendered(&verdict, answer)
+        rendered(verdict, answer)
     }
 }
 
 /// The layer's [`Verdict`] for an [`EdgeVerdict`](crate::EdgeVerdict): every policy decider's one
 /// rendering. A two-stage rule's delay is held on tokio's timer (the only boxed future).
-pub(crate) fn rendered(verdict: &crate::EdgeVerdict, answer: Answer) -> Decided<LaterVerdict> {
+pub(crate) fn rendered(verdict: crate::EdgeVerdict, answer: Answer) -> Decided<LaterVerdict> {
     let mode = answer.mode;
     if verdict.cost_too_large() {
         return Decided::Now(Verdict::Refuse {
@@ -52,10 +55,11 @@ pub(crate) fn rendered(verdict: &crate::EdgeVerdict, answer: Answer) -> Decided<
     if !verdict.allowed {
         return Decided::Now(Verdict::Deny {
             retry_after: verdict.retry_after.unwrap_or(1),
-            fields,
+            fields: Fields::with_explain(fields, verdict.explain),
         });
     }
-    let forward = Verdict::Forward(fields.filter(|_| mode.on_allowed));
+    let fields = fields.filter(|_| mode.on_allowed);
+    let forward = Verdict::Forward(Fields::with_explain(fields, verdict.explain));
     if verdict.delay.is_zero() {
         return Decided::Now(forward);
     }
@@ -123,6 +127,48 @@ impl<C: Clock + Clone + 'static> GateLayer<PolicyEdge<C>> {
     /// descriptors: `route` (the path) and `method`; add the client address and headers.
     pub fn builder(policy: Arc<Policy<C>>) -> PolicyLayerBuilder<C> {
         GateBuilder::new(PolicyEdge::new(policy))
+    }
+}
+
+impl<C: Clock + Clone + 'static, Cf> GateBuilder<PolicyEdge<C>, Cf> {
+    /// Adds the decision's trace, as response header `name` (conventionally
+    /// [`TOLLGATE_EXPLAIN`](crate::headers::TOLLGATE_EXPLAIN)), to the answers to requests `trust`
+    /// accepts, and only to those: see [`PolicyEdge::explain_header`] and the
+    /// [explain module](crate::explain). Default: never; off, a decision pays one `None` check.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tollgate_http::headers::TOLLGATE_EXPLAIN;
+    /// use tollgate_http::{ClientIp, PolicyLayer};
+    /// use tollgate_policy::{Policy, PolicyConfig};
+    ///
+    /// let policy = Arc::new(Policy::new(PolicyConfig::from_toml(r#"
+    ///     [[rules]]
+    ///     name = "per_ip"
+    ///     match = { remote_address = "any" }
+    ///     key = ["remote_address"]
+    ///     limit = 20
+    ///     period = "1s"
+    ///     capacity = 100000
+    /// "#)?)?);
+    /// let ops: ipnet::IpNet = "10.9.0.0/16".parse()?;
+    /// let layer = PolicyLayer::builder(policy)
+    ///     .client_ip(ClientIp::trusting([]))
+    ///     // The operators' network sees why; nobody else does, whatever they send.
+    ///     .explain_header(TOLLGATE_EXPLAIN.clone(), move |facts| {
+    ///         facts.peer.is_some_and(|peer| ops.contains(&peer))
+    ///     })
+    ///     .build();
+    /// # let _ = layer;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn explain_header(
+        mut self,
+        name: HeaderName,
+        trust: impl Fn(&RequestFacts<'_>) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.decider_mut().explain = Some(ExplainHeader::new(name, trust));
+        self
     }
 }
 

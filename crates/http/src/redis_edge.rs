@@ -108,7 +108,7 @@ impl Decide for RedisPolicyEdge {
         let (policy, fields) = (Arc::clone(&self.policy), Arc::clone(&self.fields));
         Decided::Later(Box::pin(async move {
             let verdict = decide_owned(&policy, &fields, &owned, cost).await;
-            match rendered(&verdict, answer) {
+            match rendered(verdict, answer) {
                 Decided::Now(verdict) => verdict,
                 Decided::Later(held) => held.await,
             }

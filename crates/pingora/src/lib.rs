@@ -13,6 +13,10 @@
 //!   request goes on. A single keyed limiter is a one-rule policy.
 //! * `response_filter` → [`PingoraLimiter::response_filter`]: adds the `RateLimit-Policy` and
 //!   `RateLimit` fields of the admitting rule to the upstream's response.
+//! * With [`PingoraLimiter::explain_header`], a request the operator trusts also gets the
+//!   decision's trace in one line (which rule decided, each rule's key, quota and state), on the
+//!   denial and on the upstream's response alike; no other request does (see
+//!   [`tollgate_http::explain`]).
 //! * `logging` → [`PingoraLimiter::logging`]: gives back the request's in-flight permits, which
 //!   `request_filter` took for the policy's concurrency rules and kept in the [`LimitCtx`] for
 //!   the request's life. A concurrency denial is answered `503` with `Retry-After`.
@@ -45,7 +49,9 @@ use http::{HeaderMap, StatusCode};
 use pingora_http::ResponseHeader;
 use pingora_proxy::Session;
 use tollgate_core::{Clock, MonotonicClock};
-use tollgate_http::headers::{RATELIMIT, RATELIMIT_POLICY, busy_json, denial_json, seconds_value};
+use tollgate_http::headers::{
+    ExplainField, RATELIMIT, RATELIMIT_POLICY, busy_json, denial_json, seconds_value,
+};
 use tollgate_http::{
     Admitted, ClientIp, DescriptorNames, DescriptorSourceError, EdgeVerdict, FieldValues,
     PolicyEdge, RequestFacts,
@@ -61,6 +67,8 @@ const COST_BODY: &[u8] = br#"{"error":"request cost exceeds quota capacity"}"#;
 #[derive(Debug, Default)]
 pub struct LimitCtx {
     fields: Option<FieldValues>,
+    /// A trusted request's trace, for the response filter.
+    explain: Option<Box<ExplainField>>,
     /// The request's in-flight permits (concurrency rules), held until the logging phase
     /// ([`PingoraLimiter::logging`]) or until the context is dropped, whichever comes first.
     admission: Option<Admission>,
@@ -70,6 +78,7 @@ impl LimitCtx {
     /// Keeps what the response filter adds for an admitted request (`request_filter` calls it).
     pub fn admitted(&mut self, verdict: Verdict) {
         self.fields = verdict.fields;
+        self.explain = verdict.explain;
     }
 }
 
@@ -109,17 +118,25 @@ impl PingoraLimiter {
         if let Some(secs) = verdict.retry_after {
             head.insert_header(RETRY_AFTER, seconds_value(secs))?;
         }
-        Self::add_fields(verdict.fields.as_ref(), &mut head)?;
+        Self::add_fields(
+            verdict.fields.as_ref(),
+            verdict.explain.as_deref(),
+            &mut head,
+        )?;
         Ok((head, body))
     }
 
     fn add_fields(
         fields: Option<&FieldValues>,
+        explain: Option<&ExplainField>,
         head: &mut ResponseHeader,
     ) -> pingora_core::Result<()> {
         if let Some(f) = fields {
             head.insert_header(RATELIMIT_POLICY.clone(), f.ratelimit_policy.clone())?;
             head.insert_header(RATELIMIT.clone(), f.ratelimit.to_value())?;
+        }
+        if let Some(explain) = explain {
+            head.insert_header(explain.name.clone(), explain.value.clone())?;
         }
         Ok(())
     }
@@ -153,6 +170,19 @@ impl<C: Clock + Clone + 'static> PingoraLimiter<C> {
     /// set).
     pub fn descriptor_names(mut self, names: DescriptorNames) -> Self {
         self.edge = self.edge.names(names);
+        self
+    }
+
+    /// Adds the decision's trace, as response header `name` (conventionally
+    /// [`TOLLGATE_EXPLAIN`](tollgate_http::headers::TOLLGATE_EXPLAIN)), to the answers to requests
+    /// `trust` accepts, and only to those ([`PolicyEdge::explain_header`]: `trust` sees the TCP
+    /// peer, method, path and headers). Default: never; off, a decision pays one `None` check.
+    pub fn explain_header(
+        mut self,
+        name: HeaderName,
+        trust: impl Fn(&RequestFacts<'_>) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.edge = self.edge.explain_header(name, trust);
         self
     }
 
@@ -247,7 +277,11 @@ impl<C: Clock + Clone + 'static> PingoraLimiter<C> {
         upstream_response: &mut ResponseHeader,
         ctx: &mut LimitCtx,
     ) -> pingora_core::Result<()> {
-        PingoraLimiter::add_fields(ctx.fields.take().as_ref(), upstream_response)
+        PingoraLimiter::add_fields(
+            ctx.fields.take().as_ref(),
+            ctx.explain.take().as_deref(),
+            upstream_response,
+        )
     }
 }
 
@@ -337,6 +371,63 @@ period = "60s"
         l.logging(&mut ctx);
         assert_eq!(policy.in_flight("one_at_a_time", &[]), Some(0));
         assert!(l.admit(None, "GET", "/", &headers).verdict.allowed);
+    }
+
+    #[test]
+    fn a_trusted_request_gets_the_trace_on_the_denial_and_the_upstream_response_others_never() {
+        // The operators' network, 10.9.0.0/16.
+        let l = limiter().explain_header(
+            tollgate_http::headers::TOLLGATE_EXPLAIN.clone(),
+            |facts| matches!(facts.peer, Some(IpAddr::V4(v4)) if v4.octets()[..2] == [10, 9]),
+        );
+        let trusted: IpAddr = [10, 9, 0, 7].into();
+        let outsider: IpAddr = [198, 51, 100, 9].into();
+        let asks = {
+            let mut h = HeaderMap::new();
+            h.insert("tollgate-explain", HeaderValue::from_static("1"));
+            h
+        };
+        for _ in 0..2 {
+            let mut ctx = LimitCtx::default();
+            let admitted = l.admit(Some(trusted), "GET", "/", &HeaderMap::new());
+            assert!(admitted.verdict.allowed);
+            ctx.admitted(admitted.verdict);
+            let mut upstream = ResponseHeader::build(200, None).expect("head");
+            l.response_filter(&mut upstream, &mut ctx).expect("fields");
+            let trace = upstream.headers.get("tollgate-explain").expect("trusted");
+            assert!(
+                trace
+                    .to_str()
+                    .expect("ascii")
+                    .starts_with("allowed by per_client; per_client: key `10.9.0.7` allowed"),
+                "{trace:?}"
+            );
+
+            let mut ctx = LimitCtx::default();
+            let admitted = l.admit(Some(outsider), "GET", "/", &asks);
+            assert!(admitted.verdict.explain.is_none());
+            ctx.admitted(admitted.verdict);
+            let mut upstream = ResponseHeader::build(200, None).expect("head");
+            l.response_filter(&mut upstream, &mut ctx).expect("fields");
+            assert!(upstream.headers.get("tollgate-explain").is_none());
+        }
+        let denied = l
+            .admit(Some(trusted), "GET", "/", &HeaderMap::new())
+            .verdict;
+        let (head, _) = PingoraLimiter::denial_response(&denied).expect("429");
+        assert_eq!(head.status.as_u16(), 429);
+        let trace = head.headers.get("tollgate-explain").expect("trusted");
+        assert!(
+            trace
+                .to_str()
+                .expect("ascii")
+                .starts_with("denied by per_client; per_client: key `10.9.0.7` denied"),
+            "{trace:?}"
+        );
+        let denied = l.admit(Some(outsider), "GET", "/", &asks).verdict;
+        let (head, _) = PingoraLimiter::denial_response(&denied).expect("429");
+        assert_eq!(head.status.as_u16(), 429);
+        assert!(head.headers.get("tollgate-explain").is_none());
     }
 
     #[test]

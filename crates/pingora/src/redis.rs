@@ -86,6 +86,6 @@ impl PingoraRedisLimiter {
         upstream_response: &mut ResponseHeader,
         ctx: &mut LimitCtx,
     ) -> pingora_core::Result<()> {
-        PingoraLimiter::add_fields(ctx.fields.take().as_ref(), upstream_response)
+        PingoraLimiter::add_fields(ctx.fields.take().as_ref(), None, upstream_response)
     }
 }

@@ -15,6 +15,7 @@ use tollgate_core::{Clock, Decision, Nanos, Quota};
 use crate::config::MatchSpec;
 use crate::descriptor_match::DescriptorMatch;
 use crate::engine;
+use crate::inflight::Admission;
 use crate::policy::{Descriptors, Policy, PolicyDecision, PolicyError, RuleOutcome};
 use crate::rules::{KeyBuf, Rule, RuleSet};
 
@@ -263,6 +264,103 @@ impl<C: Clock + Clone + 'static> Policy<C> {
             dry_run: dry,
         };
         Ok((decision, explanation))
+    }
+}
+
+impl<C: Clock + Clone + 'static> Policy<C> {
+    /// [`check_next_at`](Self::check_next_at) with its trace: [`explain_at`](Self::explain_at),
+    /// and the deciding rule's wait for one unit more than it left (the `RateLimit` field's `t`),
+    /// from a read-only look at that rule as `check_next_at` works it out. For an edge that
+    /// renders an explained decision as it renders a plain one.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate_core::ManualClock;
+    /// use tollgate_policy::{Policy, PolicyConfig};
+    /// let config = PolicyConfig::from_toml(r#"
+    ///     [[rules]]
+    ///     name = "global"
+    ///     limit = 2
+    ///     period = "1s"
+    /// "#)?;
+    /// let policy = Policy::with_clock(config, ManualClock::new())?;
+    /// let (decided, next, why) = policy.explain_next_at(&[], 0, 1)?;
+    /// assert_eq!(decided.decision.remaining(), 1);
+    /// assert_eq!(next, Some(Duration::from_millis(500)));
+    /// assert_eq!(why.deciding, Some("global"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`check_at`](Self::check_at).
+    #[allow(clippy::type_complexity)]
+    pub fn explain_next_at(
+        &self,
+        descriptors: &Descriptors<'_>,
+        now: Nanos,
+        cost: u64,
+    ) -> Result<(PolicyDecision, Option<Duration>, Explanation), PolicyError> {
+        let (decision, why) = self.explain_at(descriptors, now, cost)?;
+        let next = match (decision.rule, decision.decision) {
+            (Some(rule), Decision::Allowed { remaining, .. }) => remaining
+                .checked_add(1)
+                .and_then(|more| self.peek_rule_at(rule, descriptors, now, more))
+                .and_then(Result::ok)
+                .and_then(|d| d.retry_after()),
+            _ => None,
+        };
+        Ok((decision, next, why))
+    }
+
+    /// [`admit_at`](Self::admit_at) with its trace: the same admission (permits held, units
+    /// consumed), the rate rules decided by [`explain_next_at`](Self::explain_next_at). When a
+    /// concurrency rule denies, the rate rules are not checked, and the trace names only the
+    /// deciding concurrency rule (no rule traces).
+    ///
+    /// ```
+    /// use tollgate_core::ManualClock;
+    /// use tollgate_policy::{Policy, PolicyConfig};
+    /// let config = PolicyConfig::from_toml(r#"
+    ///     [[concurrency]]
+    ///     name = "one_at_a_time"
+    ///     limit = 1
+    ///     [[rules]]
+    ///     name = "global"
+    ///     limit = 10
+    ///     period = "1s"
+    /// "#)?;
+    /// let policy = Policy::with_clock(config, ManualClock::new())?;
+    /// let (held, why) = policy.admit_explained_at(&[], 0, 1)?;
+    /// assert!(held.is_allowed());
+    /// assert_eq!(why.deciding, Some("global"));
+    /// let (busy, why) = policy.admit_explained_at(&[], 0, 1)?;
+    /// assert!(busy.denied_by_concurrency());
+    /// assert_eq!(why.to_string(), "denied by one_at_a_time");
+    /// # drop(held);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`admit_at`](Self::admit_at).
+    pub fn admit_explained_at(
+        &self,
+        descriptors: &Descriptors<'_>,
+        now: Nanos,
+        cost: u64,
+    ) -> Result<(Admission, Explanation), PolicyError> {
+        let mut trace = None;
+        let admission = self.admit_with(descriptors, now, cost, || {
+            let (decision, next, why) = self.explain_next_at(descriptors, now, cost)?;
+            trace = Some(why);
+            Ok((decision, next))
+        })?;
+        let why = trace.unwrap_or_else(|| Explanation {
+            rules: Vec::new(),
+            deciding: admission.decision.rule,
+            allowed: admission.is_allowed(),
+            dry_run: self.dry_run(),
+        });
+        Ok((admission, why))
     }
 }
 

@@ -500,6 +500,22 @@ impl<C: Clock + Clone + 'static> Policy<C> {
         now: Nanos,
         cost: u64,
     ) -> Result<Admission, PolicyError> {
+        self.admit_with(descriptors, now, cost, || {
+            self.check_next_at(descriptors, now, cost)
+        })
+    }
+
+    /// [`admit_at`](Self::admit_at) with the rate rules decided by `rate` (what
+    /// [`check_next_at`](Self::check_next_at) answers, or the same with a trace), run only once
+    /// every concurrency rule has admitted.
+    #[inline]
+    pub(crate) fn admit_with(
+        &self,
+        descriptors: &Descriptors<'_>,
+        now: Nanos,
+        cost: u64,
+        rate: impl FnOnce() -> Result<(PolicyDecision, Option<Duration>), PolicyError>,
+    ) -> Result<Admission, PolicyError> {
         let live = self.current.load();
         let set = &live.inflight;
         let dry = self.dry_run();
@@ -548,7 +564,7 @@ impl<C: Clock + Clone + 'static> Policy<C> {
             }
         }
         drop(live);
-        let (mut decision, next_unit) = self.check_next_at(descriptors, now, cost)?;
+        let (mut decision, next_unit) = rate()?;
         decision.shadow_denied |= shadow_denied;
         if !decision.is_allowed() {
             permits.clear();

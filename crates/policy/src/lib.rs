@@ -53,6 +53,11 @@
 #[doc = include_str!("../../../guides/concurrency.md")]
 struct GuideConcurrency;
 
+// The rollout guide's code blocks (shadow, explain, enforce) are this crate's doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../guides/rollout.md")]
+struct GuideRollout;
+
 mod config;
 mod descriptor_match;
 mod engine;

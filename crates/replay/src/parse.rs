@@ -55,6 +55,9 @@ pub enum LineError {
     Descriptors,
     /// A cost that is not a whole number.
     Cost,
+    /// Longer than [`ReplayBounds::line_bytes`](crate::ReplayBounds::line_bytes): skipped to its
+    /// end without being buffered.
+    TooLong,
 }
 
 impl fmt::Display for LineError {
@@ -65,6 +68,7 @@ impl fmt::Display for LineError {
             LineError::Timestamp => "bad or missing timestamp",
             LineError::Descriptors => "bad or missing descriptors",
             LineError::Cost => "bad cost",
+            LineError::TooLong => "too long (skipped unread)",
         })
     }
 }
