@@ -311,7 +311,7 @@ impl EdgeVerdict {
         let limit = headers::service_limit(
             &decided.decision,
             cost,
-            with_next_unit(&decided.decision, next_unit, peek),
+            crate::policy_fields::with_next_unit(&decided.decision, next_unit, peek),
         );
         EdgeVerdict {
             allowed,
@@ -361,35 +361,6 @@ impl EdgeVerdict {
     /// Whether a shadow rule (or any rule under dry run) would have denied.
     pub fn shadow_denied(&self) -> bool {
         self.decided.is_some_and(|d| d.shadow_denied)
-    }
-}
-
-/// A peek that answers `remaining + 1` of an admission from what the check already said
-/// (`next_unit`: the wait until more than `remaining` pass, `None` when none), and anything else
-/// through `peek`.
-pub(crate) fn with_next_unit(
-    decision: &Decision,
-    next_unit: Option<Duration>,
-    mut peek: impl FnMut(u64) -> Option<Decision>,
-) -> impl FnMut(u64) -> Option<Decision> {
-    let admitted = match *decision {
-        Decision::Allowed { remaining, .. } => remaining.checked_add(1),
-        Decision::Denied { .. } => None,
-    };
-    move |units| {
-        if Some(units) == admitted {
-            return Some(match next_unit {
-                Some(wait) => Decision::Denied {
-                    retry_after: wait,
-                    reset_after: Duration::ZERO,
-                },
-                None => Decision::Allowed {
-                    remaining: 0,
-                    reset_after: Duration::ZERO,
-                },
-            });
-        }
-        peek(units)
     }
 }
 

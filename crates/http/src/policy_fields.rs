@@ -118,11 +118,8 @@ impl PolicyFields {
         decision: &Decision,
         next_unit: Option<Duration>,
     ) -> Option<FieldValues> {
-        let limit = headers::service_limit(
-            decision,
-            1,
-            crate::edge::with_next_unit(decision, next_unit, |_| None),
-        );
+        let limit =
+            headers::service_limit(decision, 1, with_next_unit(decision, next_unit, |_| None));
         let retry_after = decision.retry_after().map(headers::retry_secs);
         self.with_limit(rule, quota, limit, retry_after)
     }
@@ -214,5 +211,34 @@ impl Recent {
             ^ quota.period_nanos()
             ^ quota.burst().rotate_left(40);
         (mixed.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - RECENT_SLOTS.trailing_zeros())) as usize
+    }
+}
+
+/// A peek that answers `remaining + 1` of an admission from what the check already said
+/// (`next_unit`: the wait until more than `remaining` pass, `None` when none), and anything else
+/// through `peek`.
+pub(crate) fn with_next_unit(
+    decision: &Decision,
+    next_unit: Option<Duration>,
+    mut peek: impl FnMut(u64) -> Option<Decision>,
+) -> impl FnMut(u64) -> Option<Decision> {
+    let admitted = match *decision {
+        Decision::Allowed { remaining, .. } => remaining.checked_add(1),
+        Decision::Denied { .. } => None,
+    };
+    move |units| {
+        if Some(units) == admitted {
+            return Some(match next_unit {
+                Some(wait) => Decision::Denied {
+                    retry_after: wait,
+                    reset_after: Duration::ZERO,
+                },
+                None => Decision::Allowed {
+                    remaining: 0,
+                    reset_after: Duration::ZERO,
+                },
+            });
+        }
+        peek(units)
     }
 }

@@ -1,7 +1,7 @@
 //! The guides: one page per topic, each a file under `guides/` in the repository, rendered here so
 //! that docs.rs shows them and every Rust block in them compiles and runs as a doctest (with the
 //! features the page needs: `cargo test -p tollgate --doc --all-features`). The pages on the
-//! in-flight limits, adaptive limits and edge fields use the lower crates directly and are
+//! in-flight limits, adaptive limits, rolling out a limit and edge fields use the lower crates directly and are
 //! doctested there (tollgate-policy, tollgate-adaptive, tollgate-http); here they are only shown.
 
 #[doc = include_str!("../../../guides/algorithms.md")]
@@ -16,6 +16,10 @@ pub mod striped {}
 #[cfg(feature = "policy")]
 #[doc = include_str!("../../../guides/policy.md")]
 pub mod policy {}
+
+#[cfg(not(doctest))]
+#[doc = include_str!("../../../guides/rollout.md")]
+pub mod rollout {}
 
 #[cfg(not(doctest))]
 #[doc = include_str!("../../../guides/concurrency.md")]
