@@ -9,7 +9,8 @@ cd "$(dirname "$0")/../.."
 KEYS="${1:-1000}"; RATE="${2:-100}"; SECONDS_="${3:-50}"
 CPU="${CPU:-2}"
 cargo build --release -p tollgate-replay --bin tollgate
-BIN=target/release/tollgate
+BIN="${CARGO_TARGET_DIR:-target}/release/tollgate"
+
 DIR="$(mktemp -d)"; trap 'rm -rf "$DIR"' EXIT
 "$BIN" generate --keys "$KEYS" --rate "$RATE" --seconds "$SECONDS_" > "$DIR/traffic.jsonl"
 LINES=$(wc -l < "$DIR/traffic.jsonl")
