@@ -118,5 +118,5 @@ pub use redis_edge::{RedisPolicyEdge, RedisPolicyLayer};
 #[cfg(feature = "policy")]
 pub use settle_layer::{
     ActualCost, ByteMeter, CostMeter, SettleBody, SettleFuture, SettleLayer, SettleLayerBuilder,
-    SettleService, Settled, SseMeter, Usage,
+    SettleService, Settled, SseMeter, Usage, header_cost,
 };
