@@ -65,6 +65,11 @@
 #[doc = include_str!("../../../guides/edge-fields.md")]
 struct GuideEdgeFields;
 
+// The settle guide's code blocks (reserve, then settle; an LLM gateway) are doctests here.
+#[cfg(all(doctest, feature = "policy"))]
+#[doc = include_str!("../../../guides/settle.md")]
+struct GuideSettle;
+
 mod admit_layer;
 mod async_layer;
 mod body;
