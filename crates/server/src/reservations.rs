@@ -136,6 +136,7 @@ impl Reservations {
         let refused = {
             let mut table = self.lock();
             expired = sweep(&mut table, now);
+            gauge(&table);
             let open = table.open.len() + table.pending;
             if open >= self.limits.max_open {
                 Some(Full { open })
@@ -172,6 +173,7 @@ impl Reservations {
             }
             let found = table.open.remove(&seq);
             let expired = sweep(&mut table, now);
+            gauge(&table);
             (found, expired)
         };
         record_expired(expired);
@@ -216,6 +218,7 @@ impl Slot<'_> {
             );
             // The slot's place is the entry's now.
             inner.pending = inner.pending.saturating_sub(1);
+            gauge(&inner);
             self.held = false;
             seq
         };
@@ -230,6 +233,12 @@ impl Drop for Slot<'_> {
             table.pending = table.pending.saturating_sub(1);
         }
     }
+}
+
+/// `tollgate_server_reservations_open`: the reservations open now (expired ones not yet removed
+/// included).
+fn gauge(table: &Table) {
+    metrics::gauge!("tollgate_server_reservations_open").set(table.open.len() as f64);
 }
 
 /// Removes the expired reservations at the front of the table (issue order), returning them to
@@ -269,4 +278,56 @@ fn parse(id: &str) -> Option<(u64, u64)> {
     let seq = u64::from_str_radix(&id[..16], 16).ok()?;
     let tag = u64::from_str_radix(&id[16..], 16).ok()?;
     Some((seq, tag))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn table(max_open: usize) -> Reservations {
+        Reservations::new(ReservationLimits {
+            max_open,
+            expiry: Duration::from_secs(60),
+        })
+    }
+
+    #[test]
+    fn a_slot_holds_a_place_until_dropped() {
+        let t = table(1);
+        let now = Instant::now();
+        let slot = t.slot(now).expect("room for one");
+        assert_eq!(t.slot(now).err(), Some(Full { open: 1 }));
+        drop(slot);
+        assert!(t.slot(now).is_ok(), "a dropped slot gives its place back");
+    }
+
+    #[test]
+    fn ids_never_issued_are_unknown_whatever_their_shape() {
+        let t = table(4);
+        let now = Instant::now();
+        for id in [
+            "",
+            "x",
+            "0000000000000000000000000000000g",
+            "000000000000000000000000000000000",
+        ] {
+            assert_eq!(t.take(id, now).err(), Some(NotOpen::Unknown), "{id:?}");
+        }
+        // A well-formed id: its tag is right, but its sequence number was never issued.
+        let forged = format!("{:016x}{:016x}", 0, t.tag(0));
+        assert_eq!(t.take(&forged, now).err(), Some(NotOpen::Unknown));
+        // A wrong tag on a sequence number: unknown too (an id cannot be guessed from another).
+        let wrong = format!("{:016x}{:016x}", 0, t.tag(0) ^ 1);
+        assert_eq!(t.take(&wrong, now).err(), Some(NotOpen::Unknown));
+    }
+
+    #[test]
+    fn parse_reads_both_halves() {
+        assert_eq!(
+            parse("00000000000000ff0123456789ABCDEF"),
+            Some((255, 0x0123_4567_89ab_cdef))
+        );
+        assert_eq!(parse("+0000000000000ff0123456789abcdef"), None);
+    }
 }

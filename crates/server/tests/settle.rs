@@ -282,3 +282,68 @@ fn a_settle_after_a_reload_removed_the_rule_is_a_counted_no_op() {
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["statuses"][0]["rule"], "tokens_v2");
 }
+
+/// `POST path body` to `addr` on its own connection: `(status, body)`.
+fn post(addr: std::net::SocketAddr, path: &str, body: &str) -> (u16, Value) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect");
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .expect("timeout");
+    write!(
+        stream,
+        "POST {path} HTTP/1.1\r\nhost: test\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("write");
+    let mut out = String::new();
+    stream.read_to_string(&mut out).expect("read");
+    let (head, body) = out.split_once("\r\n\r\n").expect("a response");
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("status");
+    (status, json(body))
+}
+
+#[test]
+fn concurrent_reserves_and_settles_account_exactly() {
+    let server = start("settle-concurrent", "", TOKENS);
+    let addr = server.http;
+    // 4 clients × 25 requests of one tenant, each reserving 10 and settling 0..=9: at most 4 × 10
+    // held at once and at most 900 settled, so every one is admitted.
+    let settled: u64 = std::thread::scope(|scope| {
+        let clients: Vec<_> = (0..4u64)
+            .map(|t| {
+                scope.spawn(move || {
+                    let mut sum = 0;
+                    for i in 0..25u64 {
+                        let (status, body) = post(
+                            addr,
+                            "/v1/reserve",
+                            r#"{"domain":"llm","descriptors":[{"entries":{"tenant":"acme"}}],"estimate":10}"#,
+                        );
+                        assert_eq!(status, 200, "{body}");
+                        let actual = (t * 7 + i) % 10;
+                        let (status, body) = post(
+                            addr,
+                            "/v1/settle",
+                            &format!(r#"{{"id":"{}","actual":{actual}}}"#, id_of(&body)),
+                        );
+                        assert_eq!(status, 200, "{body}");
+                        sum += actual;
+                    }
+                    sum
+                })
+            })
+            .collect();
+        clients.into_iter().map(|c| c.join().expect("client")).sum()
+    });
+    // What was settled is what the window counts: exactly the rest is left.
+    let (status, body) = reserve(&server, "acme", 1000 - settled);
+    assert_eq!(status, 200, "{settled} settled: {body}");
+    assert_eq!(body["statuses"][0]["remaining"], 0);
+    let (status, _) = reserve(&server, "acme", 1);
+    assert_eq!(status, 429);
+}
