@@ -246,7 +246,12 @@ impl<C: Clock + Clone + Send + Sync + 'static> Settler for Config<C> {
 }
 
 /// A tower layer that reserves an estimate per request and settles the actual cost from the
-/// response (see the [module docs](self)).
+/// response: from a response header ([`ActualCost::Header`]; missing, negative or malformed
+/// settles at the estimate), or from a [`CostMeter`] over the body ([`ActualCost::Body`]),
+/// optionally cutting a stream at the next event boundary once the key's budget is spent
+/// ([`SettleLayerBuilder::cut_when_exhausted`]). A body dropped before its end settles at what is
+/// held ([`Settled::cancelled`]). The worked example and the bound are in the repository's
+/// `guides/settle.md`.
 ///
 /// ```
 /// use std::sync::Arc;

@@ -4,7 +4,7 @@
 //! * `request_filter` → [`PingoraSettle::request_filter`]: the request reserves its estimate
 //!   through the shared [`PolicyEdge::reserve`] (the same decision as a check of the estimate,
 //!   atomic over the request's rules). A denial is answered here (the same `429` or `413` as
-//!   [`PingoraLimiter`](crate::PingoraLimiter)'s) and never reaches the upstream; an admission
+//!   [`PingoraLimiter`]'s) and never reaches the upstream; an admission
 //!   keeps the [`Reservation`] in the [`SettleCtx`].
 //! * `response_filter` → [`PingoraSettle::response_filter`]: adds the reserving rule's
 //!   `RateLimit-Policy` and `RateLimit` fields. With [`ActualCost::Header`], the response's
