@@ -450,11 +450,6 @@ impl<C: Clock + Clone + 'static> PolicyEdge<C> {
         (&mut self.client_ip, &mut self.names)
     }
 
-    /// The field values' renderer (the settle layer renders a reservation's verdict with it).
-    pub(crate) fn fields(&self) -> &PolicyFields {
-        &self.fields
-    }
-
     /// The policy.
     pub fn policy(&self) -> &Arc<Policy<C>> {
         &self.policy
@@ -480,6 +475,32 @@ impl<C: Clock + Clone + 'static> PolicyEdge<C> {
         self.with_descriptors(facts, |descriptors| {
             let now = self.policy.now();
             EdgeVerdict::decide(&self.policy, descriptors, now, cost, &self.fields)
+        })
+    }
+
+    /// Reserves `estimate` units for `facts` ([`Policy::reserve_at`]: decided as a check of the
+    /// estimate, atomic over the request's rules): the verdict to render and, when admitted, the
+    /// reservation to settle with the actual cost ([`Policy::settle`]). The tower
+    /// [`SettleLayer`](crate::SettleLayer) and tollgate-pingora's settle filters both reserve
+    /// here. A two-stage rule's delay is not held by either (use rules without `delay` for cost
+    /// budgets).
+    pub fn reserve(
+        &self,
+        facts: &RequestFacts<'_>,
+        estimate: u64,
+    ) -> (EdgeVerdict, Option<tollgate_policy::Reservation>) {
+        let policy = &self.policy;
+        self.with_descriptors(facts, |descriptors| {
+            let now = policy.now();
+            let (checked, reservation) = match policy.reserve_at(descriptors, now, estimate) {
+                Ok(reserved) => (Ok((reserved.decision, None)), reserved.reservation),
+                Err(error) => (Err(error), None),
+            };
+            let rule = checked.as_ref().ok().and_then(|(d, _)| d.rule);
+            let verdict = EdgeVerdict::of_check(checked, estimate, &self.fields, |units| {
+                policy.peek_rule_at(rule?, descriptors, now, units)?.ok()
+            });
+            (verdict, reservation)
         })
     }
 }

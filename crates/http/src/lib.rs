@@ -65,6 +65,11 @@
 #[doc = include_str!("../../../guides/edge-fields.md")]
 struct GuideEdgeFields;
 
+// The settle guide's code blocks (reserve, then settle; an LLM gateway) are doctests here.
+#[cfg(all(doctest, feature = "policy"))]
+#[doc = include_str!("../../../guides/settle.md")]
+struct GuideSettle;
+
 #[cfg(feature = "policy")]
 mod admit_layer;
 mod async_layer;
@@ -121,5 +126,5 @@ pub use redis_edge::{RedisPolicyEdge, RedisPolicyLayer};
 #[cfg(feature = "policy")]
 pub use settle_layer::{
     ActualCost, ByteMeter, CostMeter, SettleBody, SettleFuture, SettleLayer, SettleLayerBuilder,
-    SettleService, Settled, SseMeter, Usage,
+    SettleService, Settled, SseMeter, Usage, header_cost,
 };

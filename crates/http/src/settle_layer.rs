@@ -4,7 +4,7 @@
 //!
 //! The decision is [`Policy::reserve`](tollgate_policy::Policy::reserve) (the same engine as a
 //! check, atomic over the request's rules); a denial is the same 429 (or 413) as
-//! [`PolicyLayer`](crate::PolicyLayer)'s, rendered from the same [`EdgeVerdict`]. Then:
+//! [`PolicyLayer`](crate::PolicyLayer)'s, rendered from the same [`EdgeVerdict`](crate::EdgeVerdict) ([`PolicyEdge::reserve`]). Then:
 //!
 //! * [`ActualCost::Header`]: the response's header (e.g. `x-usage-tokens`) is the actual cost,
 //!   settled when the response head arrives. A missing, negative or malformed value settles at the
@@ -38,7 +38,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::body::RateLimitBody;
-use crate::edge::{EdgeVerdict, PolicyEdge, RequestFacts};
+use crate::edge::{PolicyEdge, RequestFacts};
 use crate::headers::HeaderMode;
 use crate::key::RequestHead;
 use crate::layer::{COST_BODY, Fields, json_response, too_many_requests};
@@ -178,6 +178,26 @@ impl fmt::Debug for ActualCost {
     }
 }
 
+/// The cost in response header `name`: a non-negative integer (surrounding blanks allowed);
+/// `None` when absent, negative or malformed (an edge then settles at what is held, never below).
+///
+/// ```
+/// use http::{HeaderMap, HeaderName, HeaderValue};
+/// let name = HeaderName::from_static("x-usage-tokens");
+/// let mut headers = HeaderMap::new();
+/// assert_eq!(tollgate_http::header_cost(&headers, &name), None);
+/// headers.insert(&name, HeaderValue::from_static(" 312 "));
+/// assert_eq!(tollgate_http::header_cost(&headers, &name), Some(312));
+/// headers.insert(&name, HeaderValue::from_static("-5"));
+/// assert_eq!(tollgate_http::header_cost(&headers, &name), None);
+/// ```
+pub fn header_cost(headers: &http::HeaderMap, name: &HeaderName) -> Option<u64> {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+}
+
 /// One settled request, for [`SettleLayerBuilder::on_settled`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Settled {
@@ -226,7 +246,12 @@ impl<C: Clock + Clone + Send + Sync + 'static> Settler for Config<C> {
 }
 
 /// A tower layer that reserves an estimate per request and settles the actual cost from the
-/// response (see the [module docs](self)).
+/// response: from a response header ([`ActualCost::Header`]; missing, negative or malformed
+/// settles at the estimate), or from a [`CostMeter`] over the body ([`ActualCost::Body`]),
+/// optionally cutting a stream at the next event boundary once the key's budget is spent
+/// ([`SettleLayerBuilder::cut_when_exhausted`]). A body dropped before its end settles at what is
+/// held ([`Settled::cancelled`]). The worked example and the bound are in the repository's
+/// `guides/settle.md`.
 ///
 /// ```
 /// use std::sync::Arc;
@@ -407,24 +432,7 @@ where
         let config = Arc::clone(&self.config);
         let head = RequestHead::of(&request);
         let estimate = (config.estimate)(&head);
-        let policy = config.edge.policy();
-        let (verdict, reservation) =
-            config
-                .edge
-                .with_descriptors(&RequestFacts::of(&head), |descriptors| {
-                    let now = policy.now();
-                    let (checked, reservation) = match policy.reserve_at(descriptors, now, estimate)
-                    {
-                        Ok(reserved) => (Ok((reserved.decision, None)), reserved.reservation),
-                        Err(error) => (Err(error), None),
-                    };
-                    let rule = checked.as_ref().ok().and_then(|(d, _)| d.rule);
-                    let verdict =
-                        EdgeVerdict::of_check(checked, estimate, config.edge.fields(), |units| {
-                            policy.peek_rule_at(rule?, descriptors, now, units)?.ok()
-                        });
-                    (verdict, reservation)
-                });
+        let (verdict, reservation) = config.edge.reserve(&RequestFacts::of(&head), estimate);
         let mode = config.mode;
         let fields = verdict
             .fields
@@ -449,12 +457,8 @@ where
             let settler: Arc<dyn Settler> = config.clone();
             let meter = match &config.actual {
                 ActualCost::Header(name) => {
-                    let actual = response
-                        .headers()
-                        .get(name)
-                        .and_then(|v| v.to_str().ok())
-                        .and_then(|v| v.trim().parse::<u64>().ok())
-                        .unwrap_or(reservation.held());
+                    let actual =
+                        header_cost(response.headers(), name).unwrap_or(reservation.held());
                     settler.settle(reservation, actual, false, false);
                     return Ok(response.map(|body| SettleBody::done(RateLimitBody::inner(body))));
                 }

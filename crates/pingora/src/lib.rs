@@ -21,6 +21,11 @@
 //!   `request_filter` took for the policy's concurrency rules and kept in the [`LimitCtx`] for
 //!   the request's life. A concurrency denial is answered `503` with `Retry-After`.
 //!
+//! [`PingoraSettle`] is the same edge for costs known only after the response (LLM tokens,
+//! rows, bytes): it reserves an estimate in `request_filter` and settles the actual cost from a
+//! response header or a count of the body in the response filters (see [`settle`]; it does not
+//! cut streams, and says why).
+//!
 //! The header syntax and every value's computation are `tollgate_http`'s; the conformance table
 //! (`tests/conformance.rs`) checks that this edge answers every case as the tower layer and
 //! tollgate-server do. How the edges answer an empty header value, a cost no rule can admit and a
@@ -35,10 +40,12 @@
 mod proxy;
 #[cfg(feature = "redis")]
 mod redis;
+pub mod settle;
 
 pub use proxy::SingleUpstreamProxy;
 #[cfg(feature = "redis")]
 pub use redis::PingoraRedisLimiter;
+pub use settle::{PingoraSettle, SettleCtx};
 
 use std::net::IpAddr;
 use std::sync::Arc;

@@ -6,6 +6,7 @@
 //! http = "127.0.0.1:8080"   # POST /v1/check, GET /metrics, GET /healthz
 //! reload_poll = "1s"        # how often the file is checked for changes (SIGHUP reloads at once)
 //! allow_empty = false       # see below
+//! reservations = { max_open = 100000, expiry = "5m" }  # POST /v1/reserve (read at start)
 //!
 //! [[domains]]
 //! name = "edge"             # RateLimitRequest.domain
@@ -91,6 +92,9 @@ pub struct ListenConfig {
     /// TLS (and with a client CA, mutual TLS) on the gRPC port; absent: plaintext.
     #[serde(default)]
     pub tls: Option<GrpcTls>,
+    /// The table of open reservations (`POST /v1/reserve`, `POST /v1/settle`).
+    #[serde(default)]
+    pub reservations: ReservationLimits,
 }
 
 impl Default for ListenConfig {
@@ -101,8 +105,44 @@ impl Default for ListenConfig {
             reload_poll: default_poll(),
             allow_empty: false,
             tls: None,
+            reservations: ReservationLimits::default(),
         }
     }
+}
+
+/// `[server.reservations]`: bounds on the reservations `POST /v1/reserve` holds open until
+/// `POST /v1/settle` (see [`crate::reservations`]). Read at start; a reload does not change them.
+///
+/// ```toml
+/// [server.reservations]
+/// max_open = 100000   # more open at once: a reserve answers 503 (and takes nothing)
+/// expiry = "5m"       # unsettled by then: settled at its estimate (the units stay taken)
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReservationLimits {
+    /// The most reservations open at once.
+    #[serde(default = "default_max_open")]
+    pub max_open: usize,
+    /// How long a reservation stays open; then it is settled at its estimate.
+    #[serde(default = "default_expiry", with = "humantime_serde")]
+    pub expiry: Duration,
+}
+
+impl Default for ReservationLimits {
+    fn default() -> Self {
+        ReservationLimits {
+            max_open: default_max_open(),
+            expiry: default_expiry(),
+        }
+    }
+}
+
+fn default_max_open() -> usize {
+    100_000
+}
+fn default_expiry() -> Duration {
+    Duration::from_secs(300)
 }
 
 /// `[server.tls]`: the gRPC port speaks TLS (ALPN `h2`); with `client_ca`, mutual TLS.
@@ -722,6 +762,13 @@ impl ServerConfig {
                     ConfigFileError::Invalid(format!("domain `{}`: {e}", domain.name))
                 })?;
             }
+        }
+        let reservations = config.server.reservations;
+        if reservations.max_open == 0 || reservations.expiry.is_zero() {
+            return Err(ConfigFileError::Invalid(format!(
+                "[server.reservations]: max_open ({}) and expiry ({:?}) must be above zero",
+                reservations.max_open, reservations.expiry
+            )));
         }
         if !config.server.allow_empty {
             if config.domains.is_empty() {

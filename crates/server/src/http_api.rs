@@ -15,6 +15,29 @@
 //! `"explain"`, the decision's trace (tollgate-policy's `Explanation`: each rule applied or why
 //! not, its key, quota and tier, state before and after, its verdict and refund, the deciding
 //! rule) and `"explain_text"`, the same in one line.
+//!
+//! # Reserve, then settle (costs known after the response)
+//!
+//! For a gateway that learns a request's cost only from its response (LLM tokens, rows, bytes)
+//! and whose rate-limit call cannot report it back (Envoy's filter asks once per request):
+//!
+//! * `POST /v1/reserve` takes `/v1/check`'s body with **one** descriptor and its estimate
+//!   (`"estimate"`, else the descriptor's or the request's `hits_addend`; absent means 1, an
+//!   explicit `"estimate": 0` is a `400`):
+//!   `{"domain":"llm","descriptors":[{"entries":{"tenant":"acme"}}],"estimate":800}`. It answers
+//!   as `/v1/check` does (`200` or `429`, the same statuses, headers and fields, decided for the
+//!   estimate) and, when admitted, `"reservation":{"id":"<32 hex>","estimate":800,"expires_in_ms":300000}`.
+//!   A domain on Redis answers `501` (reservations there are not built yet: use `/v1/check`); a
+//!   full table of open reservations `503` (nothing taken; see [`crate::reservations`]).
+//! * `POST /v1/settle` takes `{"id":"...","actual":312}` and brings the reservation to the actual
+//!   cost (the surplus given back, or the difference charged: a key with nothing left goes into
+//!   debt and waits it out). It answers `200` with
+//!   `{"settled":{"estimate":800,"actual":312,"rules":1,"stale":0}}`; `stale` counts rules a
+//!   reload has removed since the reservation (settled into state nothing reads: a no-op). An id
+//!   never issued is `404`; one already settled or expired (settled at its estimate) `409`. An
+//!   `actual` that is not a non-negative integer of at most 2^64 - 1 is `400` and leaves the
+//!   reservation open; `0` gives the whole estimate back; a huge one is charged saturating (the key
+//!   stays denied, never over-admitted).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -30,7 +53,8 @@ use serde::{Deserialize, Serialize};
 use tollgate_core::Decision;
 use tollgate_http::EdgeVerdict;
 
-use crate::service::{CheckError, Limiter};
+use crate::reservations::NotOpen;
+use crate::service::{CheckError, Limiter, ReserveError};
 
 /// What the HTTP handlers share.
 #[derive(Clone)]
@@ -50,6 +74,14 @@ pub fn router(state: HttpState) -> Router {
         .route(
             "/v1/check",
             post(check).layer(DefaultBodyLimit::max(MAX_BODY_BYTES)),
+        )
+        .route(
+            "/v1/reserve",
+            post(reserve).layer(DefaultBodyLimit::max(MAX_BODY_BYTES)),
+        )
+        .route(
+            "/v1/settle",
+            post(settle).layer(DefaultBodyLimit::max(MAX_BODY_BYTES)),
         )
         .route("/metrics", get(metrics_text))
         .route("/healthz", get(|| async { "ok\n" }))
@@ -114,33 +146,9 @@ async fn check(
     let started = Instant::now();
     let Json(req) = match body {
         Ok(body) => body,
-        Err(e) => {
-            // axum's own statuses for a missing content type and an over-long body; anything
-            // else (bad JSON, a wrong field) is the documented 400 (axum would say 422 for some).
-            let (status, reason) = match e.status() {
-                StatusCode::UNSUPPORTED_MEDIA_TYPE => {
-                    (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
-                }
-                StatusCode::PAYLOAD_TOO_LARGE => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
-                _ => (StatusCode::BAD_REQUEST, "malformed"),
-            };
-            metrics::counter!("tollgate_server_errors_total", "api" => "http", "reason" => reason)
-                .increment(1);
-            return error(status, &e.body_text());
-        }
+        Err(e) => return rejected(&e),
     };
-    let descriptors: Vec<(Vec<(&str, &str)>, u64)> = req
-        .descriptors
-        .iter()
-        .map(|d| {
-            let entries = d
-                .entries
-                .iter()
-                .map(|(k, v)| (k.as_str(), v.as_str()))
-                .collect();
-            (entries, d.hits_addend.unwrap_or(req.hits_addend).max(1))
-        })
-        .collect();
+    let descriptors = entries(&req.descriptors, req.hits_addend);
     let checked = if req.explain {
         state
             .limiter
@@ -155,17 +163,69 @@ async fn check(
     };
     let (answer, explanation) = match checked {
         Ok(a) => a,
-        Err(CheckError::UnknownDomain(d)) => {
+        Err(e) => return check_error(e),
+    };
+    let (status, headers, mut body) = rendered(&answer, started);
+    if let Some(why) = explanation {
+        body["explain"] = serde_json::to_value(&why).unwrap_or_default();
+        body["explain_text"] = serde_json::Value::String(why.to_string());
+    }
+    (status, headers, Json(body)).into_response()
+}
+
+/// A body axum could not read: axum's own statuses for a missing content type and an over-long
+/// body; anything else (bad JSON, a wrong field, a wrong type) is the documented 400 (axum would
+/// say 422 for some).
+fn rejected(e: &axum::extract::rejection::JsonRejection) -> axum::response::Response {
+    let (status, reason) = match e.status() {
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => {
+            (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
+        }
+        StatusCode::PAYLOAD_TOO_LARGE => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
+        _ => (StatusCode::BAD_REQUEST, "malformed"),
+    };
+    metrics::counter!("tollgate_server_errors_total", "api" => "http", "reason" => reason)
+        .increment(1);
+    error(status, &e.body_text())
+}
+
+/// Each descriptor's entries and cost (its own `hits_addend`, else `default`; 0 meaning 1).
+fn entries(descriptors: &[JsonDescriptor], default: u64) -> Vec<(Vec<(&str, &str)>, u64)> {
+    descriptors
+        .iter()
+        .map(|d| {
+            let entries = d
+                .entries
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            (entries, d.hits_addend.unwrap_or(default).max(1))
+        })
+        .collect()
+}
+
+/// A check's error as its status: `404` for an unknown domain, `400` for a malformed request.
+fn check_error(e: CheckError) -> axum::response::Response {
+    match e {
+        CheckError::UnknownDomain(d) => {
             metrics::counter!("tollgate_server_errors_total", "api" => "http", "reason" => "unknown_domain")
                 .increment(1);
-            return error(StatusCode::NOT_FOUND, &format!("unknown domain `{d}`"));
+            error(StatusCode::NOT_FOUND, &format!("unknown domain `{d}`"))
         }
-        Err(CheckError::Malformed(m)) => {
+        CheckError::Malformed(m) => {
             metrics::counter!("tollgate_server_errors_total", "api" => "http", "reason" => "malformed")
                 .increment(1);
-            return error(StatusCode::BAD_REQUEST, &m);
+            error(StatusCode::BAD_REQUEST, &m)
         }
-    };
+    }
+}
+
+/// An answer as `/v1/check` renders it (recorded in the decision metrics): its status, headers
+/// and body.
+fn rendered(
+    answer: &crate::service::Answer,
+    started: Instant,
+) -> (StatusCode, HeaderMap, serde_json::Value) {
     answer
         .metrics
         .record(crate::telemetry::Api::Http, answer.ok, started);
@@ -184,16 +244,150 @@ async fn check(
     } else {
         StatusCode::TOO_MANY_REQUESTS
     };
-    let mut body = serde_json::json!({
+    let body = serde_json::json!({
         "overall_code": if answer.ok { "OK" } else { "OVER_LIMIT" },
         "statuses": statuses,
         "headers": shown,
     });
-    if let Some(why) = explanation {
-        body["explain"] = serde_json::to_value(&why).unwrap_or_default();
-        body["explain_text"] = serde_json::Value::String(why.to_string());
+    (status, headers, body)
+}
+
+/// `POST /v1/reserve` body: `/v1/check`'s, with one descriptor and its estimate.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReserveRequest {
+    /// The domain (an embedded one).
+    pub domain: String,
+    /// Exactly one descriptor.
+    pub descriptors: Vec<JsonDescriptor>,
+    /// The estimate (at least 1); absent: the descriptor's `hits_addend`, else the request's,
+    /// else 1.
+    #[serde(default)]
+    pub estimate: Option<u64>,
+    /// As in `/v1/check`: the cost of a descriptor without its own.
+    #[serde(default)]
+    pub hits_addend: u64,
+}
+
+/// `POST /v1/settle` body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SettleRequest {
+    /// The id `/v1/reserve` answered.
+    pub id: String,
+    /// The actual cost: a non-negative integer.
+    pub actual: u64,
+}
+
+async fn reserve(
+    State(state): State<HttpState>,
+    body: Result<Json<ReserveRequest>, axum::extract::rejection::JsonRejection>,
+) -> axum::response::Response {
+    let started = Instant::now();
+    let Json(req) = match body {
+        Ok(body) => body,
+        Err(e) => return rejected(&e),
+    };
+    let mut descriptors = entries(&req.descriptors, req.hits_addend);
+    if let Some(estimate) = req.estimate {
+        let addend = req.descriptors.first().and_then(|d| d.hits_addend);
+        if estimate == 0 || addend.is_some_and(|a| a != estimate) {
+            metrics::counter!("tollgate_server_errors_total", "api" => "http", "reason" => "malformed")
+                .increment(1);
+            return error(
+                StatusCode::BAD_REQUEST,
+                "`estimate` must be at least 1 (and agree with the descriptor's `hits_addend` if \
+                 both are given)",
+            );
+        }
+        for d in &mut descriptors {
+            d.1 = estimate;
+        }
+    }
+    let reserved = match state.limiter.reserve(&req.domain, &descriptors) {
+        Ok(reserved) => reserved,
+        Err(ReserveError::Check(e)) => return check_error(e),
+        Err(ReserveError::OnRedis(domain)) => {
+            metrics::counter!("tollgate_server_errors_total", "api" => "http", "reason" => "unsupported")
+                .increment(1);
+            return error(
+                StatusCode::NOT_IMPLEMENTED,
+                &format!(
+                    "domain `{domain}` is on redis: reservations need an embedded domain until \
+                     Redis reservations are built (POST /v1/check decides a fixed cost there)"
+                ),
+            );
+        }
+        Err(ReserveError::Full(full)) => {
+            metrics::counter!("tollgate_server_errors_total", "api" => "http", "reason" => "reservations_full")
+                .increment(1);
+            return error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &format!(
+                    "{} reservations open, the most [server.reservations] max_open allows: \
+                     settle some (nothing was reserved)",
+                    full.open
+                ),
+            );
+        }
+    };
+    let (status, headers, mut body) = rendered(&reserved.answer, started);
+    if let Some(id) = reserved.id {
+        let expiry = state.limiter.reservations().limits().expiry;
+        body["reservation"] = serde_json::json!({
+            "id": id,
+            "estimate": reserved.estimate,
+            "expires_in_ms": u64::try_from(expiry.as_millis()).unwrap_or(u64::MAX),
+        });
     }
     (status, headers, Json(body)).into_response()
+}
+
+async fn settle(
+    State(state): State<HttpState>,
+    body: Result<Json<SettleRequest>, axum::extract::rejection::JsonRejection>,
+) -> axum::response::Response {
+    let Json(req) = match body {
+        Ok(body) => body,
+        Err(e) => return rejected(&e),
+    };
+    match state.limiter.settle(&req.id, req.actual) {
+        Ok(settled) => {
+            let s = settled.settlement;
+            Json(serde_json::json!({
+                "settled": {
+                    "estimate": s.estimate,
+                    "actual": s.actual,
+                    "rules": s.rules,
+                    "stale": s.stale,
+                }
+            }))
+            .into_response()
+        }
+        Err(not_open) => {
+            let (status, reason, message) = match not_open {
+                NotOpen::Unknown => (
+                    StatusCode::NOT_FOUND,
+                    "unknown_reservation",
+                    "no reservation with this id was made here",
+                ),
+                NotOpen::Closed => (
+                    StatusCode::CONFLICT,
+                    "reservation_closed",
+                    "the reservation is no longer open: already settled, or expired (settled at \
+                     its estimate)",
+                ),
+                NotOpen::Expired => (
+                    StatusCode::CONFLICT,
+                    "reservation_closed",
+                    "the reservation expired: settled at its estimate",
+                ),
+            };
+            metrics::counter!("tollgate_server_errors_total", "api" => "http", "reason" => reason)
+                .increment(1);
+            error(status, message)
+        }
+    }
 }
 
 fn json_status(v: &EdgeVerdict) -> JsonStatus {

@@ -17,6 +17,10 @@
 //!   `failure_mode_deny` then decides; the server keeps serving).
 //! * The response carries `RateLimit`, `RateLimit-Policy` and, when over the limit, `Retry-After`
 //!   (text from tollgate-http, the fields' one home) for Envoy to add.
+//! * Costs known only after the response (LLM tokens, rows, bytes), which an RLS call cannot
+//!   report back: `POST /v1/reserve` reserves an estimate and answers an id, `POST /v1/settle`
+//!   settles the actual cost ([`http_api`], held in a bounded table that settles an expired
+//!   reservation at its estimate: [`reservations`]).
 //! * Its load client is a lab tool: `cargo run --release -p tollgate-lab --bin rls-load`.
 //! * The gRPC port speaks TLS, or mutual TLS with a client CA, when `[server.tls]` says so
 //!   ([`tls`]; certificates reloaded with the config).
@@ -29,6 +33,7 @@ pub mod config;
 pub mod grpc;
 pub mod http_api;
 pub mod redis_backend;
+pub mod reservations;
 pub mod service;
 pub mod telemetry;
 pub mod tls;

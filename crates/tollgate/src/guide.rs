@@ -1,8 +1,9 @@
 //! The guides: one page per topic, each a file under `guides/` in the repository, rendered here so
 //! that docs.rs shows them and every Rust block in them compiles and runs as a doctest (with the
 //! features the page needs: `cargo test -p tollgate --doc --all-features`). The pages on the
-//! in-flight limits, adaptive limits, rolling out a limit and edge fields use the lower crates directly and are
-//! doctested there (tollgate-policy, tollgate-adaptive, tollgate-http); here they are only shown.
+//! in-flight limits, adaptive limits, rolling out a limit, edge fields and settling use the lower
+//! crates directly and are doctested there (tollgate-policy, tollgate-adaptive, tollgate-http);
+//! here they are only shown.
 
 #[doc = include_str!("../../../guides/algorithms.md")]
 pub mod algorithms {}
@@ -35,6 +36,10 @@ pub mod http {}
 #[cfg(not(doctest))]
 #[doc = include_str!("../../../guides/edge-fields.md")]
 pub mod edge_fields {}
+
+#[cfg(not(doctest))]
+#[doc = include_str!("../../../guides/settle.md")]
+pub mod settle {}
 
 #[doc = include_str!("../../../guides/redis.md")]
 pub mod redis {}
