@@ -252,7 +252,8 @@ impl<C: Clock + Clone + 'static> PingoraSettle<C> {
         upstream_response: &mut ResponseHeader,
         ctx: &mut SettleCtx,
     ) -> pingora_core::Result<()> {
-        PingoraLimiter::add_fields(ctx.fields.take().as_ref(), upstream_response)?;
+        // No explain header here: the settle path does not offer one (see PingoraLimiter).
+        PingoraLimiter::add_fields(ctx.fields.take().as_ref(), None, upstream_response)?;
         match &self.actual {
             ActualCost::Header(name) => {
                 if let Some(reservation) = ctx.reservation.take() {
