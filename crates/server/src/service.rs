@@ -419,20 +419,8 @@ fn explained(
     cost: u64,
     now: tollgate_core::Nanos,
 ) -> (EdgeVerdict, Explanation) {
-    let checked = policy.explain_at(entries, now, cost);
-    let (checked, why) = match checked {
-        Ok((decision, why)) => {
-            // The `RateLimit` field's `t`, as `check_next_at` works it out.
-            let next = match (decision.rule, decision.decision) {
-                (Some(rule), Decision::Allowed { remaining, .. }) => remaining
-                    .checked_add(1)
-                    .and_then(|more| policy.peek_rule_at(rule, entries, now, more))
-                    .and_then(Result::ok)
-                    .and_then(|d| d.retry_after()),
-                _ => None,
-            };
-            (Ok((decision, next)), why)
-        }
+    let (checked, why) = match policy.explain_next_at(entries, now, cost) {
+        Ok((decision, next, why)) => (Ok((decision, next)), why),
         Err(error) => (
             Err(error),
             Explanation {
