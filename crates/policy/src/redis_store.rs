@@ -15,8 +15,8 @@ use tollgate_core::{
     CheckError, Decision, FixedWindow, Gcra, LeakyBucket, Nanos, Quota, SlidingWindow,
 };
 use tollgate_redis::{
-    BatchKey, BatchLimit, BreakerConfig, ConnectionManager, Error, FaultPolicy, LeaseConfig,
-    LeasedLimiter, RedisBatch, RedisConfig, RedisLimiter,
+    BatchKey, BatchLimit, BreakerConfig, ConnectionManager, Durability, Error, FaultPolicy,
+    LeaseConfig, LeasedLimiter, RedisBatch, RedisConfig, RedisLimiter,
 };
 
 use crate::config::{AlgorithmKind, ConfigError, ConfigErrorKind, PolicyConfig};
@@ -41,6 +41,11 @@ pub struct RedisSettings {
     pub fail: FaultPolicy,
     /// When to stop calling a Redis that keeps failing.
     pub breaker: BreakerConfig,
+    /// Per request mode: wait for replicas to confirm each admitted request (`WAIT` after its
+    /// script), answering by [`fail`](Self::fail) when too few do in time (see
+    /// [`Durability`]); `None` (the default): answer as soon as the primary has decided. Keep its
+    /// timeout below [`timeout`](Self::timeout). Lease mode with it is a [`ConfigError`] at build.
+    pub durable: Option<Durability>,
 }
 
 impl Default for RedisSettings {
@@ -54,6 +59,7 @@ impl Default for RedisSettings {
                 retry_after: Duration::from_secs(1),
             },
             breaker: BreakerConfig::default(),
+            durable: None,
         }
     }
 }
@@ -217,6 +223,13 @@ impl RedisStore {
             .flat_map(|o| o.rules.iter())
             .flat_map(|r| r.by_quota.iter().map(|(_, l)| l))
             .collect();
+        if settings.lease.is_some() && settings.durable.is_some() {
+            return Err(ConfigError::new(
+                None,
+                "durable",
+                ConfigErrorKind::LeaseNotDurable,
+            ));
+        }
         let mut built = Vec::with_capacity(rules.rules.len());
         for rule in rules.rules.iter() {
             if settings.lease.is_some() && rule.algorithm != AlgorithmKind::Gcra {
@@ -306,7 +319,11 @@ impl RedisStore {
                         .with_timeout(settings.timeout)
                         .with_policy(settings.fail)
                         .with_breaker(settings.breaker);
-                    RedisBatch::new(conn.clone(), config)
+                    let batch = RedisBatch::new(conn.clone(), config);
+                    match settings.durable {
+                        Some(durable) => batch.with_durability(durable),
+                        None => batch,
+                    }
                 })
             });
         Ok(RedisStore {
@@ -346,6 +363,7 @@ impl RedisStore {
             Error::CircuitOpen => "circuit_open",
             Error::CorruptState { .. } => "corrupt",
             Error::WrongType { .. } | Error::DuplicateKey { .. } => "config",
+            Error::NotReplicated { .. } => "not_replicated",
             _ => "outage",
         };
         let answer = match self.fail {
@@ -508,7 +526,16 @@ struct RedisLive {
 /// answer: `FailClosed` denies with its `retry_after`; `FailOpen` treats the rule as not applying to
 /// the request. Every such answer is counted in
 /// `tollgate_policy_store_failures_total{rule,cause,answer}` (plus the config's `metric_labels`;
-/// `cause`: `outage`, `circuit_open`, `corrupt`, `config`).
+/// `cause`: `outage`, `circuit_open`, `corrupt`, `config`, `not_replicated`).
+///
+/// # Durable admissions
+/// With [`RedisSettings::durable`] (per request mode), a request whose script admitted it is
+/// answered only once the replicas asked for confirm the admission (`WAIT`, one more round trip).
+/// When fewer confirm within the timeout, the request is answered by [`RedisSettings::fail`]
+/// (closed: denied, its units staying spent on the primary; open: admitted with no rule deciding),
+/// counted with `cause="not_replicated"`. A denied request waits for nothing. So an admission a
+/// client was told about survives the primary's loss when a confirming replica is promoted (see
+/// tollgate-redis's `Durability` for what `WAIT` does not cover).
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {

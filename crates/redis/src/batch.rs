@@ -10,6 +10,7 @@ use tollgate_core::{
 
 use crate::breaker::{Admission, Breaker, BreakerStats, Outcome};
 use crate::config::RedisConfig;
+use crate::durable::Durability;
 use crate::encoding::RedisEncoding;
 use crate::error::Error;
 use crate::limiter::RedisLimiter;
@@ -183,6 +184,10 @@ impl<'a> BatchKey<'a> {
 ///   under the configured timeout and circuit breaker, as [`RedisLimiter`]'s do; no fault policy
 ///   is applied (the caller answers the errors).
 ///
+/// **Durable admissions** ([`with_durability`](Self::with_durability)): a call whose script wrote
+/// an admission then sends `WAIT` and answers [`Error::NotReplicated`] when too few replicas
+/// confirm in time (see [`Durability`]).
+///
 /// **Redis Cluster**: a script's keys must all live in one hash slot, or the server refuses it
 /// (`CROSSSLOT`, an [`Error::Redis`]). Put one hash tag in every key of a request (e.g.
 /// `"{tenant42}:login"`, `"{tenant42}:api"`), or run on one node.
@@ -209,6 +214,7 @@ pub struct RedisBatch<C = ConnectionManager> {
     conn: C,
     config: RedisConfig,
     breaker: Arc<Breaker>,
+    durability: Option<Durability>,
 }
 
 /// Whether a batch's request was admitted: every enforcing key's decision is allowed (`keys` and
@@ -227,7 +233,22 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisBatch<C> {
             breaker: Arc::new(Breaker::new(config.breaker(), config.prefix())),
             conn,
             config,
+            durability: None,
         }
+    }
+
+    /// After every call whose script wrote an admission, waits for `durability`'s replicas to
+    /// confirm it (`WAIT`), answering [`Error::NotReplicated`] when too few do in time. Keep
+    /// [`Durability::timeout`] below the connection's response timeout (for [`connect`](crate::connect),
+    /// the config's timeout), or a missing replica reads as a timeout of the connection instead.
+    pub fn with_durability(mut self, durability: Durability) -> Self {
+        self.durability = Some(durability);
+        self
+    }
+
+    /// The durability asked for, if any.
+    pub fn durability(&self) -> Option<Durability> {
+        self.durability
     }
 
     /// The settings.
@@ -248,7 +269,8 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisBatch<C> {
     /// [`Error::Cost`] when an enforcing key can never admit `cost`; [`Error::DuplicateKey`]; the
     /// outages [`Error::Timeout`], [`Error::Redis`], [`Error::BadReply`], [`Error::CircuitOpen`];
     /// [`Error::CorruptState`] and [`Error::WrongType`] naming the key at fault. Nothing was
-    /// written then.
+    /// written then. With [`with_durability`](Self::with_durability), [`Error::NotReplicated`]
+    /// (or an outage of the `WAIT`) after an admission that was written.
     pub async fn try_check(
         &self,
         keys: &[BatchKey<'_>],
@@ -323,22 +345,25 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisBatch<C> {
         if self.breaker.admit() == Admission::Reject {
             return Err(Error::CircuitOpen);
         }
-        let result = self.call(&sent, now, cost, peek).await;
+        let result: Result<Vec<Decision>, Error> = async {
+            let raw = self.call(&sent, now, cost, peek).await?;
+            let decisions = parse(keys, &sent, &raw, cost)?;
+            // Only a call that wrote an admission waits for it to be replicated.
+            let wrote =
+                !peek && admitted(keys, &decisions) && decisions.iter().any(|d| d.is_allowed());
+            if let Some(durability) = self.durability.filter(|_| wrote) {
+                durability
+                    .confirm(&self.conn, self.config.timeout())
+                    .await?;
+            }
+            Ok(decisions)
+        }
+        .await;
         self.breaker.record(match &result {
             Err(e) if e.is_outage() => Outcome::Failed,
             _ => Outcome::Answered,
         });
-        let raw = result?;
-        let mut replies = raw.chunks_exact(4).zip(&sent);
-        keys.iter()
-            .map(|k| {
-                if cost > k.limit.capacity {
-                    return Ok(never);
-                }
-                let (chunk, k) = replies.next().ok_or_else(|| short(&raw, &sent))?;
-                Ok(Reply::parse(chunk, k.limit.params.unit())?.decision())
-            })
-            .collect()
+        result
     }
 
     async fn call(
@@ -410,6 +435,27 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisBatch<C> {
             _ => Error::Redis(e),
         }
     }
+}
+
+/// The script's reply as a decision per key of `keys` (`sent`: those sent, in order).
+fn parse(
+    keys: &[BatchKey<'_>],
+    sent: &[&BatchKey<'_>],
+    raw: &[i64],
+    cost: u64,
+) -> Result<Vec<Decision>, Error> {
+    // A shadow key that can never admit the cost was not sent: it is denied for good.
+    let never = Decision::denied(Nanos::MAX, Nanos::MAX);
+    let mut replies = raw.chunks_exact(4).zip(sent);
+    keys.iter()
+        .map(|k| {
+            if cost > k.limit.capacity {
+                return Ok(never);
+            }
+            let (chunk, k) = replies.next().ok_or_else(|| short(raw, sent))?;
+            Ok(Reply::parse(chunk, k.limit.params.unit())?.decision())
+        })
+        .collect()
 }
 
 /// The first key that appears twice in `keys`, if any.

@@ -46,6 +46,15 @@ pub enum Error {
         /// The Redis key.
         key: String,
     },
+    /// The admission was written on the primary, but fewer replicas than asked for confirmed it
+    /// within the [`Durability`](crate::Durability) timeout (`WAIT`): a failover now could lose it.
+    /// Neither an outage (the primary answered) nor a configuration error; the units stay spent.
+    NotReplicated {
+        /// How many replicas confirmed.
+        confirmed: u64,
+        /// How many were asked for.
+        wanted: u32,
+    },
 }
 
 impl Error {
@@ -93,6 +102,11 @@ impl fmt::Display for Error {
             Error::DuplicateKey { key } => {
                 write!(f, "redis key {key:?} is twice in one batch")
             }
+            Error::NotReplicated { confirmed, wanted } => write!(
+                f,
+                "the admission was not confirmed by enough replicas in time ({confirmed} of \
+                 {wanted})"
+            ),
         }
     }
 }
@@ -107,7 +121,8 @@ impl std::error::Error for Error {
             | Error::CircuitOpen
             | Error::CorruptState { .. }
             | Error::WrongType { .. }
-            | Error::DuplicateKey { .. } => None,
+            | Error::DuplicateKey { .. }
+            | Error::NotReplicated { .. } => None,
         }
     }
 }

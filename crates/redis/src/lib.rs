@@ -9,6 +9,8 @@
 //!   as one request in one atomic script call: every key checked first, every admission written
 //!   only if every enforcing key admits (shadow keys report, never deny). One `EVALSHA` per
 //!   request, whatever the number of keys; all keys on one node (one hash slot on a cluster).
+//!   Optionally durable ([`Durability`]): an admission is answered once replicas confirm it
+//!   (`WAIT`), or as [`Error::NotReplicated`].
 //! * [`LeasedLimiter`]: each instance leases up to `k` units of a shared GCRA bucket per call and
 //!   admits locally; bounded error (see its docs), ≥ 100× fewer round-trips.
 //! * [`connect_with`]: AUTH (a password or an ACL user, [`Secret`]s that never print) and TLS
@@ -110,6 +112,7 @@ mod auth;
 mod batch;
 mod breaker;
 mod config;
+mod durable;
 mod encoding;
 mod error;
 mod faults;
@@ -125,6 +128,7 @@ pub use auth::{ConnectOptions, Secret, TlsFiles, connect_with};
 pub use batch::{BatchEncoding, BatchKey, BatchLimit, RedisBatch, admitted};
 pub use breaker::{BreakerConfig, BreakerState, BreakerStats};
 pub use config::{FaultPolicy, RedisConfig, TimeSource};
+pub use durable::Durability;
 pub use encoding::{RedisEncoding, Storage};
 pub use error::Error;
 pub use faults::FaultCounts;

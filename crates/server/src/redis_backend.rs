@@ -5,7 +5,9 @@
 //! domain's `backend.redis` settings into one and shares connections between domains.
 //!
 //! Key layout: `<prefix><domain>:<rule>:<algorithm>:<key>`. Per request mode decides a
-//! descriptor's rules in one script call; lease mode rule by rule on local leases. Failures are
+//! descriptor's rules in one script call; lease mode rule by rule on local leases. With `durable`
+//! (per request mode), an admitted descriptor also waits for its replicas (`WAIT`), answered by the
+//! fail policy and counted as `cause="not_replicated"` when too few confirm in time. Failures are
 //! counted in `tollgate_policy_store_failures_total{domain,rule,cause,answer}`; the breakers'
 //! state is tollgate-redis's `tollgate_redis_breaker_open{prefix}` gauge (per request: one breaker
 //! per domain, prefix `<prefix><domain>:`; lease mode: one per rule and quota).
@@ -16,7 +18,8 @@ use std::time::Duration;
 
 use tollgate_policy::{PolicyConfig, RedisPolicy, RedisSettings};
 use tollgate_redis::{
-    BreakerConfig, ConnectOptions, ConnectionManager, FaultPolicy, LeaseConfig, RedisConfig,
+    BreakerConfig, ConnectOptions, ConnectionManager, Durability, FaultPolicy, LeaseConfig,
+    RedisConfig,
 };
 
 use crate::config::{Backend, FailMode, RedisBackend, RedisMode, ServerConfig, redacted_url};
@@ -103,6 +106,9 @@ fn settings(domain: &str, backend: &RedisBackend) -> RedisSettings {
             failures: backend.breaker.failures,
             probe_interval: backend.breaker.probe_interval,
         },
+        durable: backend
+            .durable
+            .map(|d| Durability::new(d.replicas, d.timeout)),
     }
 }
 
