@@ -112,6 +112,20 @@ impl BatchLimit {
     pub fn capacity(&self) -> u64 {
         self.capacity
     }
+
+    /// The algorithm's refund script (the one its [`RedisLimiter`] refunds with).
+    pub(crate) fn refund_script(&self) -> &'static redis::Script {
+        match self.kind {
+            Kind::Tat => &scripts::GCRA_REFUND,
+            Kind::Fixed => &scripts::FIXED_WINDOW_REFUND,
+            Kind::Sliding => &scripts::SLIDING_WINDOW_REFUND,
+        }
+    }
+
+    /// The script's parameters.
+    pub(crate) fn params(&self) -> &ScriptParams {
+        &self.params
+    }
 }
 
 impl<A: BatchEncoding, C: ConnectionLike + Clone + Send + Sync> RedisLimiter<A, C> {
@@ -190,7 +204,20 @@ impl<'a> BatchKey<'a> {
 ///
 /// **Redis Cluster**: a script's keys must all live in one hash slot, or the server refuses it
 /// (`CROSSSLOT`, an [`Error::Redis`]). Put one hash tag in every key of a request (e.g.
-/// `"{tenant42}:login"`, `"{tenant42}:api"`), or run on one node.
+/// `"{tenant42}:login"`, `"{tenant42}:api"`): the request is then one script, atomic and exact,
+/// as on one node. Otherwise ask for [`with_slot_groups`](Self::with_slot_groups): the keys are
+/// grouped by [`slot`](crate::slot), one script per group (each atomic over its keys, committing
+/// only if its own enforcing keys admit), the groups sent concurrently (one round trip for the
+/// slowest); when any group denies or fails, each group that committed gets its admissions back by
+/// the algorithms' refund scripts (one more round trip). **The bound**: between a group's commit
+/// and its refund, a concurrent request on one of its keys sees those units spent, so it may be
+/// denied early (at most `cost` units per key per request in flight); never admitted beyond the
+/// quota, since every admission is decided against the stored state. The refund puts the state
+/// back as each algorithm's refund does (exactly for GCRA, the leaky bucket and the fixed window
+/// within the same window; see [`RedisLimiter::try_refund`]); a refund that fails (an outage)
+/// leaves the units spent: stricter, never looser. Keys on several slots see several `TIME`s (one
+/// per node). A split request with [`with_durability`](Self::with_durability) that admits
+/// answers [`Error::NotReplicated`] (`WAIT` is not sent across slot groups).
 ///
 /// ```no_run
 /// use tollgate_core::{FixedWindow, Gcra, Quota};
@@ -211,10 +238,12 @@ impl<'a> BatchKey<'a> {
 /// ```
 #[derive(Clone, Debug)]
 pub struct RedisBatch<C = ConnectionManager> {
-    conn: C,
-    config: RedisConfig,
-    breaker: Arc<Breaker>,
-    durability: Option<Durability>,
+    pub(crate) conn: C,
+    pub(crate) config: RedisConfig,
+    pub(crate) breaker: Arc<Breaker>,
+    pub(crate) durability: Option<Durability>,
+    /// Split a request across slot groups ([`with_slot_groups`](Self::with_slot_groups)).
+    pub(crate) split: bool,
 }
 
 /// Whether a batch's request was admitted: every enforcing key's decision is allowed (`keys` and
@@ -234,6 +263,7 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisBatch<C> {
             conn,
             config,
             durability: None,
+            split: false,
         }
     }
 
@@ -243,6 +273,17 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisBatch<C> {
     /// the config's timeout), or a missing replica reads as a timeout of the connection instead.
     pub fn with_durability(mut self, durability: Durability) -> Self {
         self.durability = Some(durability);
+        self
+    }
+
+    /// On Redis Cluster: a request whose keys lie in several hash slots is decided as one script per
+    /// slot group, the groups sent concurrently, and when any group denies (or fails) the groups that
+    /// admitted get their units back by compensating refund scripts (see
+    /// [`RedisBatch`]'s "Redis Cluster" section for the bound this leaves). A request whose keys
+    /// share one slot (a hash tag) is still one exact script. Without this, keys in several slots
+    /// are refused by Redis (`CROSSSLOT`).
+    pub fn with_slot_groups(mut self) -> Self {
+        self.split = true;
         self
     }
 
@@ -345,6 +386,9 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisBatch<C> {
         if self.breaker.admit() == Admission::Reject {
             return Err(Error::CircuitOpen);
         }
+        if self.split && crate::split::slots_differ(&self.config, &sent) {
+            return self.run_split(keys, &sent, now, cost, peek).await;
+        }
         let result: Result<Vec<Decision>, Error> = async {
             let raw = self.call(&sent, now, cost, peek).await?;
             let decisions = parse(keys, &sent, &raw, cost)?;
@@ -366,7 +410,7 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisBatch<C> {
         result
     }
 
-    async fn call(
+    pub(crate) async fn call(
         &self,
         sent: &[&BatchKey<'_>],
         now: Option<Nanos>,
@@ -438,7 +482,7 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisBatch<C> {
 }
 
 /// The script's reply as a decision per key of `keys` (`sent`: those sent, in order).
-fn parse(
+pub(crate) fn parse(
     keys: &[BatchKey<'_>],
     sent: &[&BatchKey<'_>],
     raw: &[i64],

@@ -62,7 +62,9 @@
 //! The Redis key is `prefix + key` (see [`RedisConfig::with_prefix`]). Every script but
 //! [`RedisBatch`]'s reads and writes exactly that one key, so it runs unchanged on Redis Cluster; a
 //! batch's keys must share one slot there (Redis refuses a script across slots with `CROSSSLOT`):
-//! put the shared part in a hash tag, e.g. `"{tenant42}:login"` and `"{tenant42}:api"`. Each write sets the key's TTL
+//! put the shared part in a hash tag, e.g. `"{tenant42}:login"` and `"{tenant42}:api"`, or let
+//! [`RedisBatch::with_slot_groups`] split a request into one script per slot group with
+//! compensating refunds (the bound is on [`RedisBatch`]); [`slot`] computes a key's slot. Each write sets the key's TTL
 //! (rounded up to whole ms) to when its state becomes indistinguishable from a fresh one: GCRA at its
 //! TAT, fixed window at the window's end, sliding window at the end of the window after the current
 //! one (after a refund, of the window whose count is the last non-zero one). Peeks never write, and
@@ -121,6 +123,8 @@ mod lease;
 mod limiter;
 mod params;
 mod scripts;
+mod slot;
+mod split;
 
 use std::time::Duration;
 
@@ -138,6 +142,7 @@ pub use limiter::RedisLimiter;
 pub use params::ScriptParams;
 pub use redis::aio::ConnectionManager;
 pub use redis::cluster_async::ClusterConnection;
+pub use slot::{SLOTS, slot};
 
 /// A lazily connecting, self-reconnecting connection to the Redis at `url` (e.g.
 /// `redis://127.0.0.1:6379/`), with connection and response timeouts from `config`.

@@ -184,26 +184,39 @@ pub fn commands(port: u16, each: &[&[&str]]) -> Vec<String> {
     }
     let mut reader = std::io::BufReader::new(stream);
     for _ in each {
-        let mut line = String::new();
-        if std::io::BufRead::read_line(&mut reader, &mut line).is_err() || line.len() < 3 {
-            return replies;
+        match reply(&mut reader) {
+            Some(r) => replies.push(r),
+            None => return replies,
         }
-        let (kind, rest) = line.trim_end().split_at(1);
-        let reply = match (kind, rest.parse::<usize>()) {
-            ("$", Ok(len)) => {
-                let mut body = vec![0u8; len + 2];
-                if reader.read_exact(&mut body).is_err() {
-                    return replies;
-                }
-                body.truncate(len);
-                String::from_utf8_lossy(&body).into_owned()
-            }
-            ("$", Err(_)) => String::new(),
-            _ => rest.to_owned(),
-        };
-        replies.push(reply);
     }
     replies
+}
+
+/// One reply as text (an array's elements one per line); `None` when the connection fails.
+fn reply(reader: &mut std::io::BufReader<TcpStream>) -> Option<String> {
+    let mut line = String::new();
+    if std::io::BufRead::read_line(reader, &mut line).is_err() || line.len() < 3 {
+        return None;
+    }
+    let (kind, rest) = line.trim_end().split_at(1);
+    Some(match (kind, rest.parse::<i64>()) {
+        ("$", Ok(len)) if len >= 0 => {
+            let len = len as usize;
+            let mut body = vec![0u8; len + 2];
+            reader.read_exact(&mut body).ok()?;
+            body.truncate(len);
+            String::from_utf8_lossy(&body).into_owned()
+        }
+        ("*", Ok(n)) if n >= 0 => {
+            let mut items = Vec::new();
+            for _ in 0..n {
+                items.push(reply(reader)?);
+            }
+            items.join("\n")
+        }
+        ("$" | "*", _) => String::new(),
+        _ => rest.to_owned(),
+    })
 }
 
 /// `INFO section` of the Redis on `127.0.0.1:port` (`""` when it does not answer).
