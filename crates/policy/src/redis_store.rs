@@ -15,8 +15,8 @@ use tollgate_core::{
     CheckError, Decision, FixedWindow, Gcra, LeakyBucket, Nanos, Quota, SlidingWindow,
 };
 use tollgate_redis::{
-    BatchKey, BatchLimit, BreakerConfig, ConnectionManager, Durability, Error, FaultPolicy,
-    LeaseConfig, LeasedLimiter, RedisBatch, RedisConfig, RedisLimiter,
+    BatchKey, BatchLimit, BreakerConfig, Connection, Durability, Error, FaultPolicy, LeaseConfig,
+    LeasedLimiter, RedisBatch, RedisConfig, RedisLimiter,
 };
 
 use crate::config::{AlgorithmKind, ConfigError, ConfigErrorKind, PolicyConfig};
@@ -46,6 +46,12 @@ pub struct RedisSettings {
     /// [`Durability`]); `None` (the default): answer as soon as the primary has decided. Keep its
     /// timeout below [`timeout`](Self::timeout). Lease mode with it is a [`ConfigError`] at build.
     pub durable: Option<Durability>,
+    /// A descriptor whose value tags the keys of the rules keyed by it (`"tenant"`: a rule keyed by
+    /// `tenant`, alone or with others, stores its key `k` as `{t<hex of the tenant>}k`), so that
+    /// every such key of a request lies in one Redis Cluster slot and the request is one exact
+    /// script there. Rules not keyed by it keep their keys (a global rule has one key for all
+    /// tenants and lives in its own slot). Changing it moves those keys (their state starts fresh).
+    pub hash_tag: Option<String>,
 }
 
 impl Default for RedisSettings {
@@ -60,18 +66,19 @@ impl Default for RedisSettings {
             },
             breaker: BreakerConfig::default(),
             durable: None,
+            hash_tag: None,
         }
     }
 }
 
 /// A rule-and-quota's Redis limiter, of its algorithm and mode.
 enum Limiter {
-    Gcra(RedisLimiter<Gcra>),
-    Leaky(RedisLimiter<LeakyBucket>),
-    Fixed(RedisLimiter<FixedWindow>),
-    Sliding(RedisLimiter<SlidingWindow>),
+    Gcra(RedisLimiter<Gcra, Connection>),
+    Leaky(RedisLimiter<LeakyBucket, Connection>),
+    Fixed(RedisLimiter<FixedWindow, Connection>),
+    Sliding(RedisLimiter<SlidingWindow, Connection>),
     /// Boxed: a leased limiter carries its key table's shards inline.
-    Lease(Box<LeasedLimiter>),
+    Lease(Box<LeasedLimiter<Connection>>),
 }
 
 /// Everything a limiter is built from: equal specs reuse the limiter across reloads (a leased one
@@ -180,7 +187,7 @@ struct RuleLimiters {
 pub(crate) struct RedisStore {
     rules: Box<[RuleLimiters]>,
     /// Per request mode: every rule of a request in one script (`None` in lease mode).
-    batch: Option<RedisBatch>,
+    batch: Option<RedisBatch<Connection>>,
     /// What the batch was built with (a reload with other settings builds another).
     batch_settings: RedisSettings,
     fail: FaultPolicy,
@@ -215,7 +222,7 @@ impl RedisStore {
     fn build(
         rules: &RuleSet,
         settings: &RedisSettings,
-        conn: &ConnectionManager,
+        conn: &Connection,
         old: Option<&RedisStore>,
     ) -> Result<Self, ConfigError> {
         let reusable: Vec<&Arc<QuotaLimiter>> = old
@@ -320,6 +327,12 @@ impl RedisStore {
                         .with_policy(settings.fail)
                         .with_breaker(settings.breaker);
                     let batch = RedisBatch::new(conn.clone(), config);
+                    // On a cluster a request's keys in several slots go as one script per slot.
+                    let batch = if conn.is_cluster() {
+                        batch.with_slot_groups()
+                    } else {
+                        batch
+                    };
                     match settings.durable {
                         Some(durable) => batch.with_durability(durable),
                         None => batch,
@@ -349,10 +362,15 @@ impl RedisStore {
     }
 
     fn key(at: &RuleKey<'_>) -> String {
-        if at.composite {
+        let key = if at.composite {
             hex(at.key)
         } else {
             String::from_utf8_lossy(at.key).into_owned()
+        };
+        match at.tag {
+            // Hex: never empty (an empty tag is no tag), never a brace.
+            Some(tag) => format!("{{t{}}}{key}", hex(tag.as_bytes())),
+            None => key,
         }
     }
 
@@ -488,6 +506,13 @@ impl AsyncStore for RedisStore {
     }
 }
 
+/// Points `rules` at `settings`' hash tag descriptor.
+fn tag_rules(rules: &mut RuleSet, settings: &RedisSettings) {
+    if let Some(name) = &settings.hash_tag {
+        rules.set_hash_tag(name);
+    }
+}
+
 /// A rule set with its Redis state: what decisions load.
 struct RedisLive {
     rules: RuleSet,
@@ -516,7 +541,9 @@ struct RedisLive {
 /// A rule's key `k` lives at `<prefix><rule>:<algorithm>:<k>`: `k` is the descriptor's value for a
 /// rule keyed by one descriptor, the hex of the length-prefixed encoding for several, empty for a
 /// global rule; `<algorithm>` is `gcra`, `leaky_bucket`, `fixed_window` or `sliding_window` (GCRA
-/// and the lease mode share it). Every quota of a rule (its own, its overrides', before and after a
+/// and the lease mode share it). With [`RedisSettings::hash_tag`], a rule keyed by that descriptor
+/// stores `{t<hex of its value>}k` instead, so that all such keys of a request share one Redis
+/// Cluster slot. Every quota of a rule (its own, its overrides', before and after a
 /// reload) uses the same key: see [`reload`](Self::reload) for how a state crosses a quota change.
 /// (Versions before quota tags put the window length in the windows' label, `fixed_window@60000ms`:
 /// their window keys start fresh once after the upgrade.)
@@ -556,7 +583,7 @@ struct RedisLive {
 /// ```
 pub struct RedisPolicy {
     current: ArcSwap<RedisLive>,
-    conn: ConnectionManager,
+    conn: Connection,
     settings: RedisSettings,
     dry_run: AtomicBool,
     reloads: Mutex<()>,
@@ -572,17 +599,23 @@ impl std::fmt::Debug for RedisPolicy {
 }
 
 impl RedisPolicy {
-    /// Builds the policy on `conn`. Keyed rules need no `capacity` here (their state is in Redis).
+    /// Builds the policy on `conn`: one node ([`tollgate_redis::connect`]) or a Redis Cluster
+    /// ([`tollgate_redis::connect_cluster`]), where a request whose keys lie in several slots is one
+    /// script per slot group with compensating refunds (see `RedisBatch::with_slot_groups`; a
+    /// [`RedisSettings::hash_tag`] keeps a request's tenant-keyed rules in one slot). Keyed rules
+    /// need no `capacity` here (their state is in Redis).
     ///
     /// # Errors
     /// A [`ConfigError`] naming the rule and field.
     pub fn new(
         config: PolicyConfig,
-        conn: ConnectionManager,
+        conn: impl Into<Connection>,
         settings: RedisSettings,
     ) -> Result<Self, ConfigError> {
+        let conn = conn.into();
         let validated = config.validate_shared()?;
-        let rules = RuleSet::compile(config, &validated, None)?;
+        let mut rules = RuleSet::compile(config, &validated, None)?;
+        tag_rules(&mut rules, &settings);
         let store = RedisStore::build(&rules, &settings, &conn, None)?;
         Ok(RedisPolicy {
             current: ArcSwap::from_pointee(RedisLive { rules, store }),
@@ -603,12 +636,14 @@ impl RedisPolicy {
     pub fn succeed(
         previous: &RedisPolicy,
         config: PolicyConfig,
-        conn: ConnectionManager,
+        conn: impl Into<Connection>,
         settings: RedisSettings,
     ) -> Result<Self, ConfigError> {
+        let conn = conn.into();
         let validated = config.validate_shared()?;
         let old = previous.current.load_full();
-        let rules = RuleSet::compile(config, &validated, Some(&old.rules))?;
+        let mut rules = RuleSet::compile(config, &validated, Some(&old.rules))?;
+        tag_rules(&mut rules, &settings);
         let store = RedisStore::build(&rules, &settings, &conn, Some(&old.store))?;
         Ok(RedisPolicy {
             current: ArcSwap::from_pointee(RedisLive { rules, store }),
@@ -718,7 +753,8 @@ impl RedisPolicy {
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         let validated = config.validate_shared()?;
         let old = self.current.load_full();
-        let rules = RuleSet::compile(config, &validated, Some(&old.rules))?;
+        let mut rules = RuleSet::compile(config, &validated, Some(&old.rules))?;
+        tag_rules(&mut rules, &self.settings);
         let store = RedisStore::build(&rules, &self.settings, &self.conn, Some(&old.store))?;
         self.current.store(Arc::new(RedisLive { rules, store }));
         Ok(())

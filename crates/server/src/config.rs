@@ -221,6 +221,7 @@ pub enum Backend {
 /// # password_file = "/run/secrets/redis"   or password_env = "REDIS_PASSWORD" (never both)
 /// # tls = { ca_file = "ca.crt", client_cert = "c.crt", client_key = "c.key" }   rediss:// only
 /// # durable = { replicas = 1, timeout = "5ms" }   per_request only: WAIT after each admission
+/// # hash_tag = "tenant"            rules keyed by this descriptor keep their keys in its slot
 /// ```
 ///
 /// The password is read when the config is built (at start and at each reload, so a rotated
@@ -274,6 +275,10 @@ pub struct RedisBackend {
     /// `tollgate_policy_store_failures_total{cause="not_replicated"}`. None by default.
     #[serde(default)]
     pub durable: Option<DurableSettings>,
+    /// A descriptor whose value becomes a Redis Cluster hash tag in the keys of the rules keyed by
+    /// it (tollgate-policy `RedisSettings::hash_tag`): all of a request's such keys share one slot.
+    #[serde(default)]
+    pub hash_tag: Option<String>,
 }
 
 /// `durable = { replicas = 1, timeout = "5ms" }` (tollgate-redis `Durability`): `WAIT replicas
@@ -517,6 +522,7 @@ impl std::fmt::Debug for RedisBackend {
             .field("breaker", &self.breaker)
             .field("lease", &self.lease)
             .field("durable", &self.durable)
+            .field("hash_tag", &self.hash_tag)
             .finish()
     }
 }
@@ -1039,6 +1045,15 @@ mod tests {
         }
         let ok = r#"{ redis = { url = "redis://x/", timeout = "2s", durable = { replicas = 2, timeout = "1s" } } }"#;
         assert!(ServerConfig::parse(&toml(ok), false).is_ok());
+        let tagged = ServerConfig::parse(
+            &toml(r#"{ redis = { url = "redis://x/", hash_tag = "generic_key" } }"#),
+            false,
+        )
+        .expect("hash_tag parses");
+        let Backend::Redis(redis) = &tagged.domains[0].backend else {
+            panic!("on redis");
+        };
+        assert_eq!(redis.hash_tag.as_deref(), Some("generic_key"));
     }
 
     #[test]

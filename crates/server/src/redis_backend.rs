@@ -109,6 +109,7 @@ fn settings(domain: &str, backend: &RedisBackend) -> RedisSettings {
         durable: backend
             .durable
             .map(|d| Durability::new(d.replicas, d.timeout)),
+        hash_tag: backend.hash_tag.clone(),
     }
 }
 
