@@ -133,7 +133,7 @@ pub use auth::{ConnectOptions, Secret, TlsFiles, connect_with};
 pub use batch::{BatchEncoding, BatchKey, BatchLimit, RedisBatch, admitted};
 pub use breaker::{BreakerConfig, BreakerState, BreakerStats};
 pub use config::{FaultPolicy, RedisConfig, TimeSource};
-pub use connection::Connection;
+pub use connection::{Connection, LazyCluster};
 pub use durable::Durability;
 pub use encoding::{RedisEncoding, Storage};
 pub use error::Error;
@@ -184,11 +184,37 @@ where
     I: IntoIterator<Item = T>,
     T: redis::IntoConnectionInfo,
 {
-    let client = redis::cluster::ClusterClientBuilder::new(urls)
+    Ok(cluster_client(urls, config)?.get_async_connection().await?)
+}
+
+/// [`connect_cluster`] without waiting: the connection (and the slot map) is made by the first
+/// command, and tried again by the next while no node answers (each such command fails, so the
+/// fault policy answers it), as [`connect`] does for one node.
+///
+/// # Errors
+/// [`Error::Redis`] for malformed URLs.
+pub fn connect_cluster_lazy<I, T>(urls: I, config: &RedisConfig) -> Result<Connection, Error>
+where
+    I: IntoIterator<Item = T>,
+    T: redis::IntoConnectionInfo,
+{
+    Ok(Connection::Cluster(connection::LazyCluster::new(
+        cluster_client(urls, config)?,
+    )))
+}
+
+fn cluster_client<I, T>(
+    urls: I,
+    config: &RedisConfig,
+) -> Result<redis::cluster::ClusterClient, Error>
+where
+    I: IntoIterator<Item = T>,
+    T: redis::IntoConnectionInfo,
+{
+    Ok(redis::cluster::ClusterClientBuilder::new(urls)
         .connection_timeout(config.timeout())
         .response_timeout(config.timeout())
         .min_retry_wait(10)
         .max_retry_wait(200)
-        .build()?;
-    Ok(client.get_async_connection().await?)
+        .build()?)
 }

@@ -222,6 +222,7 @@ pub enum Backend {
 /// # tls = { ca_file = "ca.crt", client_cert = "c.crt", client_key = "c.key" }   rediss:// only
 /// # durable = { replicas = 1, timeout = "5ms" }   per_request only: WAIT after each admission
 /// # hash_tag = "tenant"            rules keyed by this descriptor keep their keys in its slot
+/// # cluster = false                true: url is one node of a Redis Cluster
 /// ```
 ///
 /// The password is read when the config is built (at start and at each reload, so a rotated
@@ -279,6 +280,11 @@ pub struct RedisBackend {
     /// it (tollgate-policy `RedisSettings::hash_tag`): all of a request's such keys share one slot.
     #[serde(default)]
     pub hash_tag: Option<String>,
+    /// The URL is one node of a Redis Cluster (the others are found from it): a request's keys in
+    /// several slots are decided as one script per slot with compensating refunds. AUTH as a URL
+    /// password only; no TLS, no `durable` (not built for a cluster yet).
+    #[serde(default)]
+    pub cluster: bool,
 }
 
 /// `durable = { replicas = 1, timeout = "5ms" }` (tollgate-redis `Durability`): `WAIT replicas
@@ -523,6 +529,7 @@ impl std::fmt::Debug for RedisBackend {
             .field("lease", &self.lease)
             .field("durable", &self.durable)
             .field("hash_tag", &self.hash_tag)
+            .field("cluster", &self.cluster)
             .finish()
     }
 }
@@ -578,6 +585,19 @@ impl RedisBackend {
         }
         if self.timeout.is_zero() {
             return Err("backend.redis.timeout must be above 0".into());
+        }
+        if self.cluster
+            && (self.tls.is_some()
+                || self.username.is_some()
+                || self.password_file.is_some()
+                || self.password_env.is_some()
+                || self.durable.is_some())
+        {
+            return Err(
+                "backend.redis.cluster: tls, username, password_file/password_env and durable are \
+                 not supported on a cluster yet (a password in the url is)"
+                    .into(),
+            );
         }
         if let Some(durable) = &self.durable {
             if self.mode == RedisMode::Lease {
@@ -1054,6 +1074,14 @@ mod tests {
             panic!("on redis");
         };
         assert_eq!(redis.hash_tag.as_deref(), Some("generic_key"));
+        assert!(
+            invalid(r#"{ redis = { url = "redis://x/", cluster = true, durable = { replicas = 1, timeout = "5ms" } } }"#)
+                .contains("not supported on a cluster")
+        );
+        assert!(
+            invalid(r#"{ redis = { url = "redis://x/", cluster = true, password_env = "P" } }"#)
+                .contains("not supported on a cluster")
+        );
     }
 
     #[test]

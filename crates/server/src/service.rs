@@ -490,7 +490,9 @@ fn build<'a>(
             (None, Backend::Redis(settings)) => {
                 let previous = old.and_then(|old| match (&old.backend, &old.policy) {
                     (Backend::Redis(was), DomainPolicy::Redis(p))
-                        if was.url == settings.url && was.timeout == settings.timeout =>
+                        if was.url == settings.url
+                            && was.timeout == settings.timeout
+                            && was.cluster == settings.cluster =>
                     {
                         Some(p)
                     }
