@@ -44,7 +44,8 @@ pub struct RedisSettings {
     /// Per request mode: wait for replicas to confirm each admitted request (`WAIT` after its
     /// script), answering by [`fail`](Self::fail) when too few do in time (see
     /// [`Durability`]); `None` (the default): answer as soon as the primary has decided. Keep its
-    /// timeout below [`timeout`](Self::timeout). Lease mode with it is a [`ConfigError`] at build.
+    /// timeout below [`timeout`](Self::timeout). Lease mode or a cluster connection with it is a
+    /// [`ConfigError`] at build.
     pub durable: Option<Durability>,
     /// A descriptor whose value tags the keys of the rules keyed by it (`"tenant"`: a rule keyed by
     /// `tenant`, alone or with others, stores its key `k` as `{t<hex of the tenant>}k`), so that
@@ -235,6 +236,13 @@ impl RedisStore {
                 None,
                 "durable",
                 ConfigErrorKind::LeaseNotDurable,
+            ));
+        }
+        if conn.is_cluster() && settings.durable.is_some() {
+            return Err(ConfigError::new(
+                None,
+                "durable",
+                ConfigErrorKind::ClusterNotDurable,
             ));
         }
         let mut built = Vec::with_capacity(rules.rules.len());

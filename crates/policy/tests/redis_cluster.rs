@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use cluster::RedisCluster;
 use redis_server::{RedisServer, command, info, ping};
-use tollgate_policy::{PolicyConfig, RedisPolicy, RedisSettings};
-use tollgate_redis::{RedisConfig, slot};
+use tollgate_policy::{ConfigErrorKind, PolicyConfig, RedisPolicy, RedisSettings};
+use tollgate_redis::{Durability, RedisConfig, slot};
 
 const NOW: u64 = 500_000 * 3_600_000_000_000 + 1_000_000_000;
 
@@ -83,6 +83,12 @@ async fn a_policy_on_a_cluster_answers_as_on_one_node() {
 
     // The exact path: every rule keyed by the tenant, tagged by it: one script per request.
     let tenant = PolicyConfig::from_toml(TENANT_RULES).unwrap();
+    let durable = RedisSettings {
+        durable: Some(Durability::new(1, Duration::from_millis(5))),
+        ..settings(None)
+    };
+    let refused = RedisPolicy::new(tenant.clone(), cluster_conn.clone(), durable).unwrap_err();
+    assert_eq!(refused.kind, ConfigErrorKind::ClusterNotDurable);
     let tagged = RedisPolicy::new(
         tenant.clone(),
         cluster_conn.clone(),

@@ -271,6 +271,8 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisBatch<C> {
     /// confirm it (`WAIT`), answering [`Error::NotReplicated`] when too few do in time. Keep
     /// [`Durability::timeout`] below the connection's response timeout (for [`connect`](crate::connect),
     /// the config's timeout), or a missing replica reads as a timeout of the connection instead.
+    /// For one node (or a primary behind one address) only: on a cluster connection the `WAIT`
+    /// would not reach the node that ran the script.
     pub fn with_durability(mut self, durability: Durability) -> Self {
         self.durability = Some(durability);
         self
