@@ -330,6 +330,12 @@ pub enum ConfigErrorKind {
     Striped(StripedError),
     /// Redis lease mode on a rule that is not GCRA (leases are slices of one GCRA bucket).
     LeaseNeedsGcra,
+    /// Durable admissions (`WAIT` for replicas) asked for in Redis lease mode, which has none: a
+    /// lease is granted by one script and spent locally.
+    LeaseNotDurable,
+    /// Durable admissions asked for on a Redis Cluster connection: `WAIT` counts one connection's
+    /// writes on one node, which a cluster connection does not pin (not built).
+    ClusterNotDurable,
     /// The rule's `priority` (classes and reserved shares) is invalid or its storage cannot keep
     /// headroom.
     Priority(PriorityError),
@@ -392,6 +398,14 @@ impl fmt::Display for ConfigError {
             ConfigErrorKind::LeaseNeedsGcra => f.write_str(
                 "redis lease mode runs gcra only (leases are slices of one gcra bucket); use the \
                  per request mode for this algorithm",
+            ),
+            ConfigErrorKind::LeaseNotDurable => f.write_str(
+                "durable admissions (WAIT for replicas) are for the per request mode; lease mode \
+                 spends its leases locally",
+            ),
+            ConfigErrorKind::ClusterNotDurable => f.write_str(
+                "durable admissions (WAIT for replicas) are not supported on a redis cluster \
+                 connection",
             ),
             ConfigErrorKind::Priority(error) => write!(f, "{error}"),
             ConfigErrorKind::ConcurrencyUnsupported => f.write_str(

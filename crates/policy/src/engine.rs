@@ -187,6 +187,7 @@ fn rule_key<'a>(
             .priority
             .as_ref()
             .map_or(0, |p| p.reserve(values, rule.algorithm, &quota)),
+        tag: set.tag_of(i, values),
     })
 }
 
@@ -476,7 +477,7 @@ where
     let rules: SmallVec<[(RuleKey<'_>, bool); 8]> = keys
         .iter()
         .filter_map(|(i, key)| {
-            let at = rule_key_of(set, *i, key)?;
+            let at = rule_key_of(set, *i, key, values)?;
             Some((at, set.rules[*i].enforced(dry)))
         })
         .collect();
@@ -513,7 +514,12 @@ where
 
 /// Rule `i`'s [`RuleKey`] for key bytes built earlier.
 #[cfg(feature = "redis")]
-fn rule_key_of<'a>(set: &RuleSet, i: usize, key: &'a [u8]) -> Option<RuleKey<'a>> {
+fn rule_key_of<'a>(
+    set: &RuleSet,
+    i: usize,
+    key: &'a [u8],
+    values: &[Option<&'a str>],
+) -> Option<RuleKey<'a>> {
     let rule = &set.rules[i];
     Some(RuleKey {
         index: i,
@@ -524,6 +530,7 @@ fn rule_key_of<'a>(set: &RuleSet, i: usize, key: &'a [u8]) -> Option<RuleKey<'a>
         composite: rule.key.len() > 1,
         // Redis stores refuse priorities (validation).
         reserve: 0,
+        tag: set.tag_of(i, values),
     })
 }
 

@@ -22,6 +22,8 @@ struct Taken {
     index: usize,
     key: SmallVec<[u8; 32]>,
     composite: bool,
+    /// The request's hash tag value for this rule (see `RuleKey::tag`): its Redis key carries it.
+    tag: Option<Box<str>>,
     /// When Redis decided it (ns since the Unix epoch, a whole µs); `None` when not known (lease
     /// mode, which needs it for nothing).
     at: Option<Nanos>,
@@ -193,6 +195,7 @@ impl Reserving<'_> {
             index: at.index,
             key: SmallVec::from_slice(at.key),
             composite: at.composite,
+            tag: at.tag.map(Box::from),
             at: when,
             end,
         });
@@ -420,6 +423,7 @@ fn resolve<'a>(reservation: &'a RedisReservation, current: &'a RedisLive) -> Vec
                 composite: taken.composite,
                 // Redis stores refuse priorities (validation).
                 reserve: 0,
+                tag: taken.tag.as_deref(),
             };
             let limiter = current.store.limiter(&at)?;
             Some(Target { taken, at, limiter })

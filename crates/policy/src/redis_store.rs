@@ -15,7 +15,7 @@ use tollgate_core::{
     CheckError, Decision, FixedWindow, Gcra, LeakyBucket, Nanos, Quota, SlidingWindow,
 };
 use tollgate_redis::{
-    BatchKey, BatchLimit, BreakerConfig, ConnectionManager, Error, FaultPolicy, LeaseConfig,
+    BatchKey, BatchLimit, BreakerConfig, Connection, Durability, Error, FaultPolicy, LeaseConfig,
     LeasedLimiter, RedisBatch, RedisConfig, RedisLimiter,
 };
 
@@ -41,6 +41,18 @@ pub struct RedisSettings {
     pub fail: FaultPolicy,
     /// When to stop calling a Redis that keeps failing.
     pub breaker: BreakerConfig,
+    /// Per request mode: wait for replicas to confirm each admitted request (`WAIT` after its
+    /// script), answering by [`fail`](Self::fail) when too few do in time (see
+    /// [`Durability`]); `None` (the default): answer as soon as the primary has decided. Keep its
+    /// timeout below [`timeout`](Self::timeout). Lease mode or a cluster connection with it is a
+    /// [`ConfigError`] at build.
+    pub durable: Option<Durability>,
+    /// A descriptor whose value tags the keys of the rules keyed by it (`"tenant"`: a rule keyed by
+    /// `tenant`, alone or with others, stores its key `k` as `{t<hex of the tenant>}k`), so that
+    /// every such key of a request lies in one Redis Cluster slot and the request is one exact
+    /// script there. Rules not keyed by it keep their keys (a global rule has one key for all
+    /// tenants and lives in its own slot). Changing it moves those keys (their state starts fresh).
+    pub hash_tag: Option<String>,
 }
 
 impl Default for RedisSettings {
@@ -54,18 +66,20 @@ impl Default for RedisSettings {
                 retry_after: Duration::from_secs(1),
             },
             breaker: BreakerConfig::default(),
+            durable: None,
+            hash_tag: None,
         }
     }
 }
 
 /// A rule-and-quota's Redis limiter, of its algorithm and mode.
 pub(crate) enum Limiter {
-    Gcra(RedisLimiter<Gcra>),
-    Leaky(RedisLimiter<LeakyBucket>),
-    Fixed(RedisLimiter<FixedWindow>),
-    Sliding(RedisLimiter<SlidingWindow>),
+    Gcra(RedisLimiter<Gcra, Connection>),
+    Leaky(RedisLimiter<LeakyBucket, Connection>),
+    Fixed(RedisLimiter<FixedWindow, Connection>),
+    Sliding(RedisLimiter<SlidingWindow, Connection>),
     /// Boxed: a leased limiter carries its key table's shards inline.
-    Lease(Box<LeasedLimiter>),
+    Lease(Box<LeasedLimiter<Connection>>),
 }
 
 /// Everything a limiter is built from: equal specs reuse the limiter across reloads (a leased one
@@ -175,7 +189,7 @@ pub(crate) struct RedisStore {
     rules: Box<[RuleLimiters]>,
     /// Every rule of a request in one script (per request mode), and every settlement's script
     /// (both modes).
-    pub(crate) batch: RedisBatch,
+    pub(crate) batch: RedisBatch<Connection>,
     /// What the batch was built with (a reload with other settings builds another).
     batch_settings: RedisSettings,
     pub(crate) fail: FaultPolicy,
@@ -210,7 +224,7 @@ impl RedisStore {
     fn build(
         rules: &RuleSet,
         settings: &RedisSettings,
-        conn: &ConnectionManager,
+        conn: &Connection,
         old: Option<&RedisStore>,
     ) -> Result<Self, ConfigError> {
         let reusable: Vec<&Arc<QuotaLimiter>> = old
@@ -218,6 +232,20 @@ impl RedisStore {
             .flat_map(|o| o.rules.iter())
             .flat_map(|r| r.by_quota.iter().map(|(_, l)| l))
             .collect();
+        if settings.lease.is_some() && settings.durable.is_some() {
+            return Err(ConfigError::new(
+                None,
+                "durable",
+                ConfigErrorKind::LeaseNotDurable,
+            ));
+        }
+        if conn.is_cluster() && settings.durable.is_some() {
+            return Err(ConfigError::new(
+                None,
+                "durable",
+                ConfigErrorKind::ClusterNotDurable,
+            ));
+        }
         let mut built = Vec::with_capacity(rules.rules.len());
         for rule in rules.rules.iter() {
             if settings.lease.is_some() && rule.algorithm != AlgorithmKind::Gcra {
@@ -306,7 +334,17 @@ impl RedisStore {
                     .with_timeout(settings.timeout)
                     .with_policy(settings.fail)
                     .with_breaker(settings.breaker);
-                RedisBatch::new(conn.clone(), config)
+                let batch = RedisBatch::new(conn.clone(), config);
+                // On a cluster a request's keys in several slots go as one script per slot.
+                let batch = if conn.is_cluster() {
+                    batch.with_slot_groups()
+                } else {
+                    batch
+                };
+                match settings.durable {
+                    Some(durable) => batch.with_durability(durable),
+                    None => batch,
+                }
             });
         Ok(RedisStore {
             rules: built.into_boxed_slice(),
@@ -331,10 +369,15 @@ impl RedisStore {
     }
 
     pub(crate) fn key(at: &RuleKey<'_>) -> String {
-        if at.composite {
+        let key = if at.composite {
             hex(at.key)
         } else {
             String::from_utf8_lossy(at.key).into_owned()
+        };
+        match at.tag {
+            // Hex: never empty (an empty tag is no tag), never a brace.
+            Some(tag) => format!("{{t{}}}{key}", hex(tag.as_bytes())),
+            None => key,
         }
     }
 
@@ -345,6 +388,7 @@ impl RedisStore {
             Error::CircuitOpen => "circuit_open",
             Error::CorruptState { .. } => "corrupt",
             Error::WrongType { .. } | Error::DuplicateKey { .. } | Error::NoCharge => "config",
+            Error::NotReplicated { .. } => "not_replicated",
             _ => "outage",
         };
         let answer = match self.fail {
@@ -490,6 +534,13 @@ impl RedisStore {
     }
 }
 
+/// Points `rules` at `settings`' hash tag descriptor.
+fn tag_rules(rules: &mut RuleSet, settings: &RedisSettings) {
+    if let Some(name) = &settings.hash_tag {
+        rules.set_hash_tag(name);
+    }
+}
+
 /// A rule set with its Redis state: what decisions load.
 pub(crate) struct RedisLive {
     pub(crate) rules: RuleSet,
@@ -524,7 +575,9 @@ pub(crate) struct RedisLive {
 /// A rule's key `k` lives at `<prefix><rule>:<algorithm>:<k>`: `k` is the descriptor's value for a
 /// rule keyed by one descriptor, the hex of the length-prefixed encoding for several, empty for a
 /// global rule; `<algorithm>` is `gcra`, `leaky_bucket`, `fixed_window` or `sliding_window` (GCRA
-/// and the lease mode share it). Every quota of a rule (its own, its overrides', before and after a
+/// and the lease mode share it). With [`RedisSettings::hash_tag`], a rule keyed by that descriptor
+/// stores `{t<hex of its value>}k` instead, so that all such keys of a request share one Redis
+/// Cluster slot. Every quota of a rule (its own, its overrides', before and after a
 /// reload) uses the same key: see [`reload`](Self::reload) for how a state crosses a quota change.
 /// (Versions before quota tags put the window length in the windows' label, `fixed_window@60000ms`:
 /// their window keys start fresh once after the upgrade.)
@@ -534,7 +587,16 @@ pub(crate) struct RedisLive {
 /// answer: `FailClosed` denies with its `retry_after`; `FailOpen` treats the rule as not applying to
 /// the request. Every such answer is counted in
 /// `tollgate_policy_store_failures_total{rule,cause,answer}` (plus the config's `metric_labels`;
-/// `cause`: `outage`, `circuit_open`, `corrupt`, `config`).
+/// `cause`: `outage`, `circuit_open`, `corrupt`, `config`, `not_replicated`).
+///
+/// # Durable admissions
+/// With [`RedisSettings::durable`] (per request mode), a request whose script admitted it is
+/// answered only once the replicas asked for confirm the admission (`WAIT`, one more round trip).
+/// When fewer confirm within the timeout, the request is answered by [`RedisSettings::fail`]
+/// (closed: denied, its units staying spent on the primary; open: admitted with no rule deciding),
+/// counted with `cause="not_replicated"`. A denied request waits for nothing. So an admission a
+/// client was told about survives the primary's loss when a confirming replica is promoted (see
+/// tollgate-redis's `Durability` for what `WAIT` does not cover).
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -555,7 +617,7 @@ pub(crate) struct RedisLive {
 /// ```
 pub struct RedisPolicy {
     pub(crate) current: ArcSwap<RedisLive>,
-    conn: ConnectionManager,
+    conn: Connection,
     settings: RedisSettings,
     pub(crate) dry_run: AtomicBool,
     reloads: Mutex<()>,
@@ -571,17 +633,23 @@ impl std::fmt::Debug for RedisPolicy {
 }
 
 impl RedisPolicy {
-    /// Builds the policy on `conn`. Keyed rules need no `capacity` here (their state is in Redis).
+    /// Builds the policy on `conn`: one node ([`tollgate_redis::connect`]) or a Redis Cluster
+    /// ([`tollgate_redis::connect_cluster`]), where a request whose keys lie in several slots is one
+    /// script per slot group with compensating refunds (see `RedisBatch::with_slot_groups`; a
+    /// [`RedisSettings::hash_tag`] keeps a request's tenant-keyed rules in one slot). Keyed rules
+    /// need no `capacity` here (their state is in Redis).
     ///
     /// # Errors
     /// A [`ConfigError`] naming the rule and field.
     pub fn new(
         config: PolicyConfig,
-        conn: ConnectionManager,
+        conn: impl Into<Connection>,
         settings: RedisSettings,
     ) -> Result<Self, ConfigError> {
+        let conn = conn.into();
         let validated = config.validate_shared()?;
-        let rules = RuleSet::compile(config, &validated, None)?;
+        let mut rules = RuleSet::compile(config, &validated, None)?;
+        tag_rules(&mut rules, &settings);
         let store = RedisStore::build(&rules, &settings, &conn, None)?;
         Ok(RedisPolicy {
             current: ArcSwap::from_pointee(RedisLive { rules, store }),
@@ -602,12 +670,14 @@ impl RedisPolicy {
     pub fn succeed(
         previous: &RedisPolicy,
         config: PolicyConfig,
-        conn: ConnectionManager,
+        conn: impl Into<Connection>,
         settings: RedisSettings,
     ) -> Result<Self, ConfigError> {
+        let conn = conn.into();
         let validated = config.validate_shared()?;
         let old = previous.current.load_full();
-        let rules = RuleSet::compile(config, &validated, Some(&old.rules))?;
+        let mut rules = RuleSet::compile(config, &validated, Some(&old.rules))?;
+        tag_rules(&mut rules, &settings);
         let store = RedisStore::build(&rules, &settings, &conn, Some(&old.store))?;
         Ok(RedisPolicy {
             current: ArcSwap::from_pointee(RedisLive { rules, store }),
@@ -717,7 +787,8 @@ impl RedisPolicy {
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         let validated = config.validate_shared()?;
         let old = self.current.load_full();
-        let rules = RuleSet::compile(config, &validated, Some(&old.rules))?;
+        let mut rules = RuleSet::compile(config, &validated, Some(&old.rules))?;
+        tag_rules(&mut rules, &self.settings);
         let store = RedisStore::build(&rules, &self.settings, &self.conn, Some(&old.store))?;
         self.current.store(Arc::new(RedisLive { rules, store }));
         Ok(())

@@ -374,6 +374,8 @@ impl Live {
             Live {
                 rules: RuleSet {
                     names: names.into_boxed_slice(),
+                    // In process every key is in this process: no hash tag.
+                    tag: None,
                     rules: rules.into_boxed_slice(),
                     dry_run: config.dry_run,
                     metrics: config.metrics,

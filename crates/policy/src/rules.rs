@@ -28,6 +28,9 @@ pub(crate) type KeyBuf = SmallVec<[u8; 128]>;
 pub(crate) struct RuleSet {
     /// Descriptor names the rules use; rules refer to them by index.
     pub(crate) names: Box<[Box<str>]>,
+    /// The hash tag descriptor's index in `names` (a Redis policy's `hash_tag`), if any rule uses
+    /// it; see [`tag_of`](Self::tag_of).
+    pub(crate) tag: Option<usize>,
     pub(crate) rules: Box<[Rule]>,
     pub(crate) dry_run: bool,
     pub(crate) metrics: bool,
@@ -308,11 +311,32 @@ impl RuleSet {
         }
         Ok(RuleSet {
             names: names.into_boxed_slice(),
+            tag: None,
             rules: rules.into_boxed_slice(),
             dry_run: config.dry_run,
             metrics: config.metrics,
             config,
         })
+    }
+
+    /// Tags the keys of the rules keyed by descriptor `name` with its value
+    /// ([`tag_of`](Self::tag_of)); nothing when no rule uses `name`.
+    #[cfg(feature = "redis")]
+    pub(crate) fn set_hash_tag(&mut self, name: &str) {
+        self.tag = self.names.iter().position(|n| **n == *name);
+    }
+
+    /// Rule `i`'s hash tag value in this request: the tag descriptor's value when the rule is keyed
+    /// by it (its key already holds that value, so the tag changes where the key lives, never what
+    /// it counts); `None` for the other rules.
+    #[inline]
+    pub(crate) fn tag_of<'a>(&self, i: usize, values: &[Option<&'a str>]) -> Option<&'a str> {
+        let t = self.tag?;
+        if self.rules[i].key.contains(&t) {
+            values.get(t).copied().flatten()
+        } else {
+            None
+        }
     }
 
     /// Each descriptor name's value in this request (first occurrence wins), and one slot more at

@@ -39,6 +39,10 @@ pub(crate) struct RuleKey<'a> {
     pub composite: bool,
     /// Units this request must leave in the key's quota for higher priority classes (0: none).
     pub reserve: u64,
+    /// The request's value of the rule set's hash tag descriptor, for a rule keyed by it (a Redis
+    /// store puts it in a hash tag so that a request's keys share one cluster slot); `None`
+    /// otherwise.
+    pub tag: Option<&'a str>,
 }
 
 /// In-process state, answered without waiting.

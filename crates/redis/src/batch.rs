@@ -10,6 +10,7 @@ use tollgate_core::{
 
 use crate::breaker::{Admission, Breaker, BreakerStats, Outcome};
 use crate::config::RedisConfig;
+use crate::durable::Durability;
 use crate::encoding::RedisEncoding;
 use crate::error::Error;
 use crate::limiter::RedisLimiter;
@@ -111,6 +112,20 @@ impl BatchLimit {
     pub fn capacity(&self) -> u64 {
         self.capacity
     }
+
+    /// The algorithm's refund script (the one its [`RedisLimiter`] refunds with).
+    pub(crate) fn refund_script(&self) -> &'static redis::Script {
+        match self.kind {
+            Kind::Tat => &scripts::GCRA_REFUND,
+            Kind::Fixed => &scripts::FIXED_WINDOW_REFUND,
+            Kind::Sliding => &scripts::SLIDING_WINDOW_REFUND,
+        }
+    }
+
+    /// The script's parameters.
+    pub(crate) fn params(&self) -> &ScriptParams {
+        &self.params
+    }
 }
 
 impl<A: BatchEncoding, C: ConnectionLike + Clone + Send + Sync> RedisLimiter<A, C> {
@@ -183,9 +198,26 @@ impl<'a> BatchKey<'a> {
 ///   under the configured timeout and circuit breaker, as [`RedisLimiter`]'s do; no fault policy
 ///   is applied (the caller answers the errors).
 ///
+/// **Durable admissions** ([`with_durability`](Self::with_durability)): a call whose script wrote
+/// an admission then sends `WAIT` and answers [`Error::NotReplicated`] when too few replicas
+/// confirm in time (see [`Durability`]).
+///
 /// **Redis Cluster**: a script's keys must all live in one hash slot, or the server refuses it
 /// (`CROSSSLOT`, an [`Error::Redis`]). Put one hash tag in every key of a request (e.g.
-/// `"{tenant42}:login"`, `"{tenant42}:api"`), or run on one node.
+/// `"{tenant42}:login"`, `"{tenant42}:api"`): the request is then one script, atomic and exact,
+/// as on one node. Otherwise ask for [`with_slot_groups`](Self::with_slot_groups): the keys are
+/// grouped by [`slot`](crate::slot), one script per group (each atomic over its keys, committing
+/// only if its own enforcing keys admit), the groups sent concurrently (one round trip for the
+/// slowest); when any group denies or fails, each group that committed gets its admissions back by
+/// the algorithms' refund scripts (one more round trip). **The bound**: between a group's commit
+/// and its refund, a concurrent request on one of its keys sees those units spent, so it may be
+/// denied early (at most `cost` units per key per request in flight); never admitted beyond the
+/// quota, since every admission is decided against the stored state. The refund puts the state
+/// back as each algorithm's refund does (exactly for GCRA, the leaky bucket and the fixed window
+/// within the same window; see [`RedisLimiter::try_refund`]); a refund that fails (an outage)
+/// leaves the units spent: stricter, never looser. Keys on several slots see several `TIME`s (one
+/// per node). A split request with [`with_durability`](Self::with_durability) that admits
+/// answers [`Error::NotReplicated`] (`WAIT` is not sent across slot groups).
 ///
 /// ```no_run
 /// use tollgate_core::{FixedWindow, Gcra, Quota};
@@ -209,6 +241,9 @@ pub struct RedisBatch<C = ConnectionManager> {
     pub(crate) conn: C,
     pub(crate) config: RedisConfig,
     pub(crate) breaker: Arc<Breaker>,
+    pub(crate) durability: Option<Durability>,
+    /// Split a request across slot groups ([`with_slot_groups`](Self::with_slot_groups)).
+    pub(crate) split: bool,
 }
 
 /// Whether a batch's request was admitted: every enforcing key's decision is allowed (`keys` and
@@ -227,7 +262,36 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisBatch<C> {
             breaker: Arc::new(Breaker::new(config.breaker(), config.prefix())),
             conn,
             config,
+            durability: None,
+            split: false,
         }
+    }
+
+    /// After every call whose script wrote an admission, waits for `durability`'s replicas to
+    /// confirm it (`WAIT`), answering [`Error::NotReplicated`] when too few do in time. Keep
+    /// [`Durability::timeout`] below the connection's response timeout (for [`connect`](crate::connect),
+    /// the config's timeout), or a missing replica reads as a timeout of the connection instead.
+    /// For one node (or a primary behind one address) only: on a cluster connection the `WAIT`
+    /// would not reach the node that ran the script.
+    pub fn with_durability(mut self, durability: Durability) -> Self {
+        self.durability = Some(durability);
+        self
+    }
+
+    /// On Redis Cluster: a request whose keys lie in several hash slots is decided as one script per
+    /// slot group, the groups sent concurrently, and when any group denies (or fails) the groups that
+    /// admitted get their units back by compensating refund scripts (see
+    /// [`RedisBatch`]'s "Redis Cluster" section for the bound this leaves). A request whose keys
+    /// share one slot (a hash tag) is still one exact script. Without this, keys in several slots
+    /// are refused by Redis (`CROSSSLOT`).
+    pub fn with_slot_groups(mut self) -> Self {
+        self.split = true;
+        self
+    }
+
+    /// The durability asked for, if any.
+    pub fn durability(&self) -> Option<Durability> {
+        self.durability
     }
 
     /// The settings.
@@ -248,7 +312,8 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisBatch<C> {
     /// [`Error::Cost`] when an enforcing key can never admit `cost`; [`Error::DuplicateKey`]; the
     /// outages [`Error::Timeout`], [`Error::Redis`], [`Error::BadReply`], [`Error::CircuitOpen`];
     /// [`Error::CorruptState`] and [`Error::WrongType`] naming the key at fault. Nothing was
-    /// written then.
+    /// written then. With [`with_durability`](Self::with_durability), [`Error::NotReplicated`]
+    /// (or an outage of the `WAIT`) after an admission that was written.
     pub async fn try_check(
         &self,
         keys: &[BatchKey<'_>],
@@ -364,27 +429,35 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisBatch<C> {
         if self.breaker.admit() == Admission::Reject {
             return Err(Error::CircuitOpen);
         }
-        let result = self.call(&sent, now, cost, peek).await;
+        if self.split && crate::split::slots_differ(&self.config, &sent) {
+            // Several scripts decide a split request, each at its own instant: none is reported.
+            return self
+                .run_split(keys, &sent, now, cost, peek)
+                .await
+                .map(|decisions| (decisions, None));
+        }
+        let result: Result<(Vec<Decision>, Nanos), Error> = async {
+            let (raw, at) = self.call(&sent, now, cost, peek).await?;
+            let decisions = parse(keys, &sent, &raw, cost)?;
+            // Only a call that wrote an admission waits for it to be replicated.
+            let wrote =
+                !peek && admitted(keys, &decisions) && decisions.iter().any(|d| d.is_allowed());
+            if let Some(durability) = self.durability.filter(|_| wrote) {
+                durability
+                    .confirm(&self.conn, self.config.timeout())
+                    .await?;
+            }
+            Ok((decisions, at))
+        }
+        .await;
         self.breaker.record(match &result {
             Err(e) if e.is_outage() => Outcome::Failed,
             _ => Outcome::Answered,
         });
-        let (raw, at) = result?;
-        let mut replies = raw.chunks_exact(4).zip(&sent);
-        let decisions = keys
-            .iter()
-            .map(|k| {
-                if cost > k.limit.capacity {
-                    return Ok(never);
-                }
-                let (chunk, k) = replies.next().ok_or_else(|| short(&raw, &sent))?;
-                Ok(Reply::parse(chunk, k.limit.params.unit())?.decision())
-            })
-            .collect::<Result<Vec<_>, Error>>()?;
-        Ok((decisions, Some(at)))
+        result.map(|(decisions, at)| (decisions, Some(at)))
     }
 
-    async fn call(
+    pub(crate) async fn call(
         &self,
         sent: &[&BatchKey<'_>],
         now: Option<Nanos>,
@@ -456,6 +529,27 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisBatch<C> {
             _ => Error::Redis(e),
         }
     }
+}
+
+/// The script's reply as a decision per key of `keys` (`sent`: those sent, in order).
+pub(crate) fn parse(
+    keys: &[BatchKey<'_>],
+    sent: &[&BatchKey<'_>],
+    raw: &[i64],
+    cost: u64,
+) -> Result<Vec<Decision>, Error> {
+    // A shadow key that can never admit the cost was not sent: it is denied for good.
+    let never = Decision::denied(Nanos::MAX, Nanos::MAX);
+    let mut replies = raw.chunks_exact(4).zip(sent);
+    keys.iter()
+        .map(|k| {
+            if cost > k.limit.capacity {
+                return Ok(never);
+            }
+            let (chunk, k) = replies.next().ok_or_else(|| short(raw, sent))?;
+            Ok(Reply::parse(chunk, k.limit.params.unit())?.decision())
+        })
+        .collect()
 }
 
 /// The first key that appears twice in `keys`, if any.

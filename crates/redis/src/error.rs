@@ -50,6 +50,15 @@ pub enum Error {
     /// ([`RedisEncoding::charge_script`](crate::RedisEncoding::charge_script)): units owed cannot
     /// be counted, so the call says so rather than dropping them. A configuration error (every algorithm of this crate has one).
     NoCharge,
+    /// The admission was written on the primary, but fewer replicas than asked for confirmed it
+    /// within the [`Durability`](crate::Durability) timeout (`WAIT`): a failover now could lose it.
+    /// Neither an outage (the primary answered) nor a configuration error; the units stay spent.
+    NotReplicated {
+        /// How many replicas confirmed.
+        confirmed: u64,
+        /// How many were asked for.
+        wanted: u32,
+    },
 }
 
 impl Error {
@@ -101,6 +110,11 @@ impl fmt::Display for Error {
                 write!(f, "redis key {key:?} is twice in one batch")
             }
             Error::NoCharge => write!(f, "this limiter's algorithm has no charge script"),
+            Error::NotReplicated { confirmed, wanted } => write!(
+                f,
+                "the admission was not confirmed by enough replicas in time ({confirmed} of \
+                 {wanted})"
+            ),
         }
     }
 }
@@ -116,7 +130,8 @@ impl std::error::Error for Error {
             | Error::CorruptState { .. }
             | Error::WrongType { .. }
             | Error::DuplicateKey { .. }
-            | Error::NoCharge => None,
+            | Error::NoCharge
+            | Error::NotReplicated { .. } => None,
         }
     }
 }

@@ -9,6 +9,8 @@
 //!   as one request in one atomic script call: every key checked first, every admission written
 //!   only if every enforcing key admits (shadow keys report, never deny). One `EVALSHA` per
 //!   request, whatever the number of keys; all keys on one node (one hash slot on a cluster).
+//!   Optionally durable ([`Durability`]): an admission is answered once replicas confirm it
+//!   (`WAIT`), or as [`Error::NotReplicated`].
 //! * [`LeasedLimiter`]: each instance leases up to `k` units of a shared GCRA bucket per call and
 //!   admits locally; bounded error (see its docs), ≥ 100× fewer round-trips.
 //! * [`connect_with`]: AUTH (a password or an ACL user, [`Secret`]s that never print) and TLS
@@ -75,7 +77,9 @@
 //! The Redis key is `prefix + key` (see [`RedisConfig::with_prefix`]). Every script but
 //! [`RedisBatch`]'s reads and writes exactly that one key, so it runs unchanged on Redis Cluster; a
 //! batch's keys must share one slot there (Redis refuses a script across slots with `CROSSSLOT`):
-//! put the shared part in a hash tag, e.g. `"{tenant42}:login"` and `"{tenant42}:api"`. Each write sets the key's TTL
+//! put the shared part in a hash tag, e.g. `"{tenant42}:login"` and `"{tenant42}:api"`, or let
+//! [`RedisBatch::with_slot_groups`] split a request into one script per slot group with
+//! compensating refunds (the bound is on [`RedisBatch`]); [`slot`] computes a key's slot. Each write sets the key's TTL
 //! (rounded up to whole ms) to when its state becomes indistinguishable from a fresh one: GCRA at its
 //! TAT, fixed window at the window's end, sliding window at the end of the window after the current
 //! one (after a refund, of the window whose count is the last non-zero one). Peeks never write, and
@@ -125,6 +129,8 @@ mod auth;
 mod batch;
 mod breaker;
 mod config;
+mod connection;
+mod durable;
 mod encoding;
 mod error;
 mod faults;
@@ -134,6 +140,8 @@ mod limiter;
 mod params;
 mod scripts;
 mod settle;
+mod slot;
+mod split;
 
 use std::time::Duration;
 
@@ -141,6 +149,8 @@ pub use auth::{ConnectOptions, Secret, TlsFiles, connect_with};
 pub use batch::{BatchEncoding, BatchKey, BatchLimit, RedisBatch, admitted};
 pub use breaker::{BreakerConfig, BreakerState, BreakerStats};
 pub use config::{FaultPolicy, RedisConfig, TimeSource};
+pub use connection::{Connection, LazyCluster};
+pub use durable::Durability;
 pub use encoding::{RedisEncoding, Storage};
 pub use error::Error;
 pub use faults::FaultCounts;
@@ -151,6 +161,7 @@ pub use params::ScriptParams;
 pub use redis::aio::ConnectionManager;
 pub use redis::cluster_async::ClusterConnection;
 pub use settle::{SettleKey, SettleOp};
+pub use slot::{SLOTS, slot};
 
 /// A lazily connecting, self-reconnecting connection to the Redis at `url` (e.g.
 /// `redis://127.0.0.1:6379/`), with connection and response timeouts from `config`.
@@ -190,11 +201,37 @@ where
     I: IntoIterator<Item = T>,
     T: redis::IntoConnectionInfo,
 {
-    let client = redis::cluster::ClusterClientBuilder::new(urls)
+    Ok(cluster_client(urls, config)?.get_async_connection().await?)
+}
+
+/// [`connect_cluster`] without waiting: the connection (and the slot map) is made by the first
+/// command, and tried again by the next while no node answers (each such command fails, so the
+/// fault policy answers it), as [`connect`] does for one node.
+///
+/// # Errors
+/// [`Error::Redis`] for malformed URLs.
+pub fn connect_cluster_lazy<I, T>(urls: I, config: &RedisConfig) -> Result<Connection, Error>
+where
+    I: IntoIterator<Item = T>,
+    T: redis::IntoConnectionInfo,
+{
+    Ok(Connection::Cluster(connection::LazyCluster::new(
+        cluster_client(urls, config)?,
+    )))
+}
+
+fn cluster_client<I, T>(
+    urls: I,
+    config: &RedisConfig,
+) -> Result<redis::cluster::ClusterClient, Error>
+where
+    I: IntoIterator<Item = T>,
+    T: redis::IntoConnectionInfo,
+{
+    Ok(redis::cluster::ClusterClientBuilder::new(urls)
         .connection_timeout(config.timeout())
         .response_timeout(config.timeout())
         .min_retry_wait(10)
         .max_retry_wait(200)
-        .build()?;
-    Ok(client.get_async_connection().await?)
+        .build()?)
 }

@@ -260,6 +260,9 @@ pub enum Backend {
 /// # username = "limiter"           an ACL user (AUTH username password)
 /// # password_file = "/run/secrets/redis"   or password_env = "REDIS_PASSWORD" (never both)
 /// # tls = { ca_file = "ca.crt", client_cert = "c.crt", client_key = "c.key" }   rediss:// only
+/// # durable = { replicas = 1, timeout = "5ms" }   per_request only: WAIT after each admission
+/// # hash_tag = "tenant"            rules keyed by this descriptor keep their keys in its slot
+/// # cluster = false                true: url is one node of a Redis Cluster
 /// ```
 ///
 /// The password is read when the config is built (at start and at each reload, so a rotated
@@ -307,6 +310,36 @@ pub struct RedisBackend {
     /// Lease sizing (lease mode only).
     #[serde(default)]
     pub lease: Option<LeaseSettings>,
+    /// Durable admissions (per request mode only): after a script that admitted a request, wait
+    /// for `replicas` replicas to confirm it (`WAIT`) for at most `timeout`; when fewer do, the
+    /// request is answered by `fail` (closed: `OVER_LIMIT`; open: OK) and counted in
+    /// `tollgate_policy_store_failures_total{cause="not_replicated"}`. None by default.
+    #[serde(default)]
+    pub durable: Option<DurableSettings>,
+    /// A descriptor whose value becomes a Redis Cluster hash tag in the keys of the rules keyed by
+    /// it (tollgate-policy `RedisSettings::hash_tag`): all of a request's such keys share one slot.
+    #[serde(default)]
+    pub hash_tag: Option<String>,
+    /// The URL is one node of a Redis Cluster (the others are found from it): a request's keys in
+    /// several slots are decided as one script per slot with compensating refunds. AUTH as a URL
+    /// password only; no TLS, no `durable` (not built for a cluster yet).
+    #[serde(default)]
+    pub cluster: bool,
+}
+
+/// `durable = { replicas = 1, timeout = "5ms" }` (tollgate-redis `Durability`): `WAIT replicas
+/// timeout` after each admitting script. `timeout` is rounded up to whole milliseconds and must
+/// stay below the backend's `timeout` (a `WAIT` answers only once its timeout has passed when too
+/// few replicas confirm). An admitted request costs one more round trip plus the replicas'
+/// acknowledgement; `WAIT` holds the domain's shared connection while it waits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct DurableSettings {
+    /// How many replicas must confirm (at least 1).
+    pub replicas: u32,
+    /// How long to wait for them.
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
 }
 
 /// How a Redis domain decides.
@@ -534,6 +567,9 @@ impl std::fmt::Debug for RedisBackend {
             .field("timeout", &self.timeout)
             .field("breaker", &self.breaker)
             .field("lease", &self.lease)
+            .field("durable", &self.durable)
+            .field("hash_tag", &self.hash_tag)
+            .field("cluster", &self.cluster)
             .finish()
     }
 }
@@ -589,6 +625,39 @@ impl RedisBackend {
         }
         if self.timeout.is_zero() {
             return Err("backend.redis.timeout must be above 0".into());
+        }
+        if self.cluster
+            && (self.tls.is_some()
+                || self.username.is_some()
+                || self.password_file.is_some()
+                || self.password_env.is_some()
+                || self.durable.is_some())
+        {
+            return Err(
+                "backend.redis.cluster: tls, username, password_file/password_env and durable are \
+                 not supported on a cluster yet (a password in the url is)"
+                    .into(),
+            );
+        }
+        if let Some(durable) = &self.durable {
+            if self.mode == RedisMode::Lease {
+                return Err(
+                    r#"backend.redis.durable is only for mode = "per_request" (lease mode spends its leases locally)"#
+                        .into(),
+                );
+            }
+            if durable.replicas == 0 || durable.timeout.is_zero() {
+                return Err("backend.redis.durable: replicas and timeout must be above 0".into());
+            }
+            let wait = tollgate_redis::Durability::new(durable.replicas, durable.timeout);
+            if Duration::from_millis(wait.wait_args().1) >= self.timeout {
+                return Err(format!(
+                    "backend.redis.durable.timeout ({:?}, in whole ms) must be below backend.redis.timeout ({:?}): \
+                     a WAIT that times out answers only after it",
+                    Duration::from_millis(wait.wait_args().1),
+                    self.timeout
+                ));
+            }
         }
         if self.password_file.is_some() && self.password_env.is_some() {
             return Err("backend.redis: password_file or password_env, not both".into());
@@ -995,6 +1064,70 @@ mod tests {
                 ""
             )
             .contains("only for mode")
+        );
+    }
+
+    #[test]
+    fn durable_parses_and_is_checked_against_the_mode_and_the_timeout() {
+        let toml = |backend: &str| {
+            format!(
+                "[[domains]]\nname = \"a\"\nbackend = {backend}\n[domains.policy]\n[[domains.policy.rules]]\nname = \"r\"\nmatch = {{ generic_key = \"any\" }}\nlimit = 5\nperiod = \"1s\"\n"
+            )
+        };
+        let config = ServerConfig::parse(
+            &toml(r#"{ redis = { url = "redis://x/", durable = { replicas = 1, timeout = "5ms" } } }"#),
+            false,
+        )
+        .expect("parses");
+        let Backend::Redis(redis) = &config.domains[0].backend else {
+            panic!("on redis");
+        };
+        assert_eq!(
+            redis.durable,
+            Some(DurableSettings {
+                replicas: 1,
+                timeout: Duration::from_millis(5)
+            })
+        );
+        let invalid = |backend: &str| match ServerConfig::parse(&toml(backend), false) {
+            Err(ConfigFileError::Invalid(m)) => m,
+            other => panic!("{backend}: expected invalid, got {other:?}"),
+        };
+        assert!(
+            invalid(r#"{ redis = { url = "redis://x/", mode = "lease", durable = { replicas = 1, timeout = "5ms" } } }"#)
+                .contains("only for mode = \"per_request\"")
+        );
+        assert!(
+            invalid(
+                r#"{ redis = { url = "redis://x/", durable = { replicas = 0, timeout = "5ms" } } }"#
+            )
+            .contains("above 0")
+        );
+        // The default call timeout is 50 ms; a WAIT of 50 ms (or 49.5 ms, rounded up) is not below.
+        for wait in ["50ms", "49500us", "1s"] {
+            let backend = format!(
+                r#"{{ redis = {{ url = "redis://x/", durable = {{ replicas = 1, timeout = "{wait}" }} }} }}"#
+            );
+            assert!(invalid(&backend).contains("must be below"), "{wait}");
+        }
+        let ok = r#"{ redis = { url = "redis://x/", timeout = "2s", durable = { replicas = 2, timeout = "1s" } } }"#;
+        assert!(ServerConfig::parse(&toml(ok), false).is_ok());
+        let tagged = ServerConfig::parse(
+            &toml(r#"{ redis = { url = "redis://x/", hash_tag = "generic_key" } }"#),
+            false,
+        )
+        .expect("hash_tag parses");
+        let Backend::Redis(redis) = &tagged.domains[0].backend else {
+            panic!("on redis");
+        };
+        assert_eq!(redis.hash_tag.as_deref(), Some("generic_key"));
+        assert!(
+            invalid(r#"{ redis = { url = "redis://x/", cluster = true, durable = { replicas = 1, timeout = "5ms" } } }"#)
+                .contains("not supported on a cluster")
+        );
+        assert!(
+            invalid(r#"{ redis = { url = "redis://x/", cluster = true, password_env = "P" } }"#)
+                .contains("not supported on a cluster")
         );
     }
 

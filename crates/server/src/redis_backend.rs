@@ -5,7 +5,12 @@
 //! domain's `backend.redis` settings into one and shares connections between domains.
 //!
 //! Key layout: `<prefix><domain>:<rule>:<algorithm>:<key>`. Per request mode decides a
-//! descriptor's rules in one script call; lease mode rule by rule on local leases. Failures are
+//! descriptor's rules in one script call; lease mode rule by rule on local leases. With `durable`
+//! (per request mode), an admitted descriptor also waits for its replicas (`WAIT`), answered by the
+//! fail policy and counted as `cause="not_replicated"` when too few confirm in time. With
+//! `cluster = true` the URL is one node of a Redis Cluster: a request's keys in several slots are
+//! one script per slot with compensating refunds, and `hash_tag` keeps a request's keys keyed by
+//! that descriptor in one slot (one exact script). Failures are
 //! counted in `tollgate_policy_store_failures_total{domain,rule,cause,answer}`; the breakers'
 //! state is tollgate-redis's `tollgate_redis_breaker_open{prefix}` gauge (per request: one breaker
 //! per domain, prefix `<prefix><domain>:`; lease mode: one per rule and quota).
@@ -16,7 +21,7 @@ use std::time::Duration;
 
 use tollgate_policy::{PolicyConfig, RedisPolicy, RedisSettings};
 use tollgate_redis::{
-    BreakerConfig, ConnectOptions, ConnectionManager, FaultPolicy, LeaseConfig, RedisConfig,
+    BreakerConfig, ConnectOptions, Connection, Durability, FaultPolicy, LeaseConfig, RedisConfig,
 };
 
 use crate::config::{Backend, FailMode, RedisBackend, RedisMode, ServerConfig, redacted_url};
@@ -29,25 +34,32 @@ use crate::config::{Backend, FailMode, RedisBackend, RedisMode, ServerConfig, re
 /// from every task), lazily reconnecting.
 #[derive(Default)]
 pub struct Connections {
-    open: Mutex<Vec<(Key, ConnectionManager)>>,
+    open: Mutex<Vec<(Key, Connection)>>,
 }
 
-type Key = (String, Duration, ConnectOptions);
+/// URL, timeout, AUTH and TLS, and whether it is a cluster's node.
+type Key = (String, Duration, ConnectOptions, bool);
 
 impl Connections {
     fn get(
         &self,
         url: &str,
         options: ConnectOptions,
+        cluster: bool,
         config: &RedisConfig,
-    ) -> Result<ConnectionManager, String> {
+    ) -> Result<Connection, String> {
         let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
-        let key = (url.to_owned(), config.timeout(), options);
+        let key = (url.to_owned(), config.timeout(), options, cluster);
         if let Some((_, conn)) = open.iter().find(|(k, _)| *k == key) {
             return Ok(conn.clone());
         }
-        let conn = tollgate_redis::connect_with(url, &key.2, config)
-            .map_err(|e| format!("backend.redis.url `{}`: {e}", redacted_url(url)))?;
+        let conn = if cluster {
+            // The slot map is read at the first command (a cluster down at start is an outage).
+            tollgate_redis::connect_cluster_lazy([url], config)
+        } else {
+            tollgate_redis::connect_with(url, &key.2, config).map(Connection::from)
+        }
+        .map_err(|e| format!("backend.redis.url `{}`: {e}", redacted_url(url)))?;
         open.push((key, conn.clone()));
         Ok(conn)
     }
@@ -65,7 +77,7 @@ impl Connections {
         self.open
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .retain(|((url, timeout, _), _)| used.contains(&(url.as_str(), *timeout)));
+            .retain(|((url, timeout, _, _), _)| used.contains(&(url.as_str(), *timeout)));
     }
 
     /// How many connections are kept.
@@ -103,6 +115,10 @@ fn settings(domain: &str, backend: &RedisBackend) -> RedisSettings {
             failures: backend.breaker.failures,
             probe_interval: backend.breaker.probe_interval,
         },
+        durable: backend
+            .durable
+            .map(|d| Durability::new(d.replicas, d.timeout)),
+        hash_tag: backend.hash_tag.clone(),
     }
 }
 
@@ -120,7 +136,12 @@ pub fn build(
 ) -> Result<RedisPolicy, String> {
     let settings = settings(domain, backend);
     let config = RedisConfig::default().with_timeout(backend.timeout);
-    let conn = connections.get(&backend.url, backend.connect_options()?, &config)?;
+    let conn = connections.get(
+        &backend.url,
+        backend.connect_options()?,
+        backend.cluster,
+        &config,
+    )?;
     let built = match previous {
         Some(previous) => RedisPolicy::succeed(previous, policy.clone(), conn, settings),
         None => RedisPolicy::new(policy.clone(), conn, settings),

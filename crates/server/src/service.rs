@@ -562,8 +562,9 @@ enum Staged<'a> {
         Box<PreparedReload<'a, MonotonicClock>>,
         DescriptorMode,
     ),
-    /// A domain built whole: new, or on Redis, or changing backend.
-    Built(Domain),
+    /// A domain built whole: new, or on Redis, or changing backend (boxed: a Redis policy holds its
+    /// connection, single node or cluster, inline).
+    Built(Box<Domain>),
 }
 
 /// Prepares every domain of `config` against `current` (the live domains, `None` at start),
@@ -600,14 +601,16 @@ fn build<'a>(
                 ),
                 d.descriptors,
             ),
-            (None, Backend::Embedded) => Staged::Built(Domain::new(
+            (None, Backend::Embedded) => Staged::Built(Box::new(Domain::new(
                 d,
                 DomainPolicy::Embedded(Policy::new(d.policy.clone()).map_err(|e| named(&e))?),
-            )),
+            ))),
             (None, Backend::Redis(settings)) => {
                 let previous = old.and_then(|old| match (&old.backend, &old.policy) {
                     (Backend::Redis(was), DomainPolicy::Redis(p))
-                        if was.url == settings.url && was.timeout == settings.timeout =>
+                        if was.url == settings.url
+                            && was.timeout == settings.timeout
+                            && was.cluster == settings.cluster =>
                     {
                         Some(p)
                     }
@@ -616,7 +619,7 @@ fn build<'a>(
                 let policy =
                     redis_backend::build(&d.name, settings, &d.policy, connections, previous)
                         .map_err(|e| named(&e))?;
-                Staged::Built(Domain::new(d, DomainPolicy::Redis(policy)))
+                Staged::Built(Box::new(Domain::new(d, DomainPolicy::Redis(policy))))
             }
         };
         staged.push((d.name.clone(), domain));
@@ -639,7 +642,7 @@ fn commit(staged: Vec<(String, Staged<'_>)>) -> Domains {
                     tracing::debug!(domain = %name, ?report, "domain reloaded");
                     Arc::clone(old)
                 }
-                Staged::Built(domain) => Arc::new(domain),
+                Staged::Built(domain) => Arc::new(*domain),
             };
             (name, domain)
         })

@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 pub struct RedisServer {
     pub port: u16,
     child: Option<Child>,
+    /// More `redis-server` arguments (a replica's `--replicaof`).
+    extra: Vec<String>,
 }
 
 impl RedisServer {
@@ -23,9 +25,70 @@ impl RedisServer {
             .and_then(|l| l.local_addr())
             .expect("no free loopback port")
             .port();
-        let mut server = RedisServer { port, child: None };
+        let mut server = RedisServer {
+            port,
+            child: None,
+            extra: Vec::new(),
+        };
         server.spawn();
         server
+    }
+
+    /// Starts a replica of the server on `127.0.0.1:primary`, on a free port, and waits (10 s at
+    /// most) until its link to the primary is up and the primary lists it.
+    pub fn start_replica_of(primary: u16) -> RedisServer {
+        // Redis 7 waits 5 s by default before a diskless full sync, for more replicas to join.
+        let set = command(primary, &["CONFIG", "SET", "repl-diskless-sync-delay", "0"]);
+        assert_eq!(set, "OK", "CONFIG SET on the primary");
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("no free loopback port")
+            .port();
+        let mut server = RedisServer {
+            port,
+            child: None,
+            // The full sync straight from the socket: no RDB file in the test's directory.
+            extra: [
+                "--replicaof",
+                "127.0.0.1",
+                &primary.to_string(),
+                "--repl-diskless-load",
+                "on-empty-db",
+            ]
+            .map(str::to_owned)
+            .to_vec(),
+        };
+        server.spawn();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            let linked = info(port, "replication").contains("master_link_status:up");
+            let listed =
+                info(primary, "replication").contains(&format!("port={port},state=online"));
+            // After a diskless sync the primary streams writes only once the replica's first
+            // REPLCONF ACK arrives (up to a second later): ready when a write is acknowledged.
+            let streaming = linked
+                && listed
+                && commands(
+                    primary,
+                    &[
+                        &["SET", "tollgate-test:replica-ready", "1"],
+                        &["DEL", "tollgate-test:replica-ready"],
+                        &["WAIT", "1", "100"],
+                    ],
+                )
+                .get(2)
+                .is_some_and(|n| n == "1");
+            if streaming {
+                return server;
+            }
+            std::thread::sleep(Duration::from_millis(10)); // polling for readiness, not a race
+        }
+        panic!("replica on port {port} did not link to the primary on {primary} within 10 s");
+    }
+
+    /// The child's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// `redis://127.0.0.1:port/`.
@@ -51,6 +114,7 @@ impl RedisServer {
         let child = Command::new("redis-server")
             .args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -92,4 +156,70 @@ pub fn ping(port: u16) -> bool {
     }
     let mut buf = [0u8; 7];
     stream.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+}
+
+/// One command's reply from the Redis on `127.0.0.1:port`, as text: a status, error or integer
+/// line without its type byte, or a bulk string's contents (`""` for nil or on any failure).
+pub fn command(port: u16, args: &[&str]) -> String {
+    commands(port, &[args]).pop().unwrap_or_default()
+}
+
+/// Several commands' replies, in order, on one connection (as [`command`]; fewer replies on a
+/// failure).
+pub fn commands(port: u16, each: &[&[&str]]) -> Vec<String> {
+    let mut replies = Vec::new();
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return replies;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    let mut request = String::new();
+    for args in each {
+        request.push_str(&format!("*{}\r\n", args.len()));
+        for a in *args {
+            request.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+        }
+    }
+    if stream.write_all(request.as_bytes()).is_err() {
+        return replies;
+    }
+    let mut reader = std::io::BufReader::new(stream);
+    for _ in each {
+        match reply(&mut reader) {
+            Some(r) => replies.push(r),
+            None => return replies,
+        }
+    }
+    replies
+}
+
+/// One reply as text (an array's elements one per line); `None` when the connection fails.
+fn reply(reader: &mut std::io::BufReader<TcpStream>) -> Option<String> {
+    let mut line = String::new();
+    if std::io::BufRead::read_line(reader, &mut line).is_err() || line.len() < 3 {
+        return None;
+    }
+    let (kind, rest) = line.trim_end().split_at(1);
+    Some(match (kind, rest.parse::<i64>()) {
+        ("$", Ok(len)) if len >= 0 => {
+            let len = len as usize;
+            let mut body = vec![0u8; len + 2];
+            reader.read_exact(&mut body).ok()?;
+            body.truncate(len);
+            String::from_utf8_lossy(&body).into_owned()
+        }
+        ("*", Ok(n)) if n >= 0 => {
+            let mut items = Vec::new();
+            for _ in 0..n {
+                items.push(reply(reader)?);
+            }
+            items.join("\n")
+        }
+        ("$" | "*", _) => String::new(),
+        _ => rest.to_owned(),
+    })
+}
+
+/// `INFO section` of the Redis on `127.0.0.1:port` (`""` when it does not answer).
+pub fn info(port: u16, section: &str) -> String {
+    command(port, &["INFO", section])
 }
