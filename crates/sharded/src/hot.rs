@@ -526,7 +526,8 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         })
     }
 
-    /// Promotions made over the table's lifetime (at most [`HotKeyConfig::max_promotions`]).
+    /// Promotion entries used over the table's lifetime (at most
+    /// [`HotKeyConfig::max_promotions`]; an attempt whose key changed under it uses one too).
     pub fn promotions(&self) -> usize {
         // Relaxed: a monitoring figure.
         self.hot

@@ -50,7 +50,8 @@
 //! # Concurrency
 //! Decisions on known keys are lock-free: a window scan of 16-byte atomic loads, then one 128-bit
 //! compare-and-swap of the (tag, state) pair when admitting (none when denying). Inserting a new key
-//! takes its stripe's mutex for a rescan and one CAS. No allocation after construction. The slot
+//! takes its stripe's mutex for a rescan and one CAS. No allocation after construction (except,
+//! with hot keys on, one striped limiter per promotion). The slot
 //! protocol and its memory orderings are described in `IMPLEMENTATION.md`; loom models live in
 //! `loom-tests/tests/sharded.rs`.
 //!
