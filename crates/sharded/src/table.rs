@@ -204,7 +204,8 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
             },
         );
         match outcome {
-            // Only a denial can be a promoted key's marker (`hot.rs`): admissions test nothing more.
+            // Only a denial can be a promoted key's marker (`hot.rs`): an admission pays one test of
+            // the decision's variant, a denial also a test of two bits of the word it read.
             Ok((decision, word)) if !decision.is_allowed() => match self.promoted(index, word) {
                 Some(promoted) => {
                     self.decide_promoted(promoted, index, word, now, cost, reserve.units())

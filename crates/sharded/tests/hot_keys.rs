@@ -206,6 +206,31 @@ proptest! {
     }
 }
 
+proptest! {
+    /// Cold keys beside a promoted one decide exactly as lone limiters (one per key), and so does the
+    /// promoted key: promotion touches no other key's slot.
+    #[test]
+    fn cold_keys_beside_a_promoted_key_are_unchanged(
+        steps in prop::collection::vec((0..20 * MS, 0..6u64, 1..3u64), 1..200),
+    ) {
+        let quota = Quota::per_second(20).unwrap().with_burst(4).unwrap();
+        let limiter = table(quota, HotKeyConfig::default());
+        let gcra = Gcra::from_quota(quota).unwrap();
+        let mut lone = [0u64; 6];
+        let mut now = SEC;
+        assert!(limiter.check_key_at(&0, now, 1).unwrap().is_allowed());
+        lone[0] = gcra.decide(0, now, 1).unwrap().next.unwrap();
+        prop_assert!(limiter.promote_key(&0));
+        for (dt, key, cost) in steps {
+            now += dt;
+            let keyed = limiter.check_key_at(&key, now, cost).unwrap();
+            let transition = gcra.decide(lone[key as usize], now, cost).unwrap();
+            lone[key as usize] = transition.next.unwrap_or(lone[key as usize]);
+            prop_assert_eq!(keyed.is_allowed(), transition.decision.is_allowed(), "key {} at {}", key, now);
+        }
+    }
+}
+
 /// Several threads on one promoted key (and on a key promoted by detection): at a frozen instant at
 /// most the burst, and the whole admitted stream conforms to the exact GCRA.
 #[test]
