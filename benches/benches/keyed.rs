@@ -12,7 +12,10 @@
 //!
 //! Per group: `tollgate` and `governor` decide one key per call (`check_key`); `tollgate_check_keys`
 //! hands tollgate the same keys as a stream (`KeyedLimiter::check_keys`, which prefetches each key's
-//! slot a few keys ahead; governor has no such API). Group `keyed/floor`: one dependent random load
+//! slot a few keys ahead; governor has no such API). In the hot-key groups (`hot_key`,
+//! `hot_half_1m_cold`) `tollgate_promoted` is `tollgate` built with hot-key promotion on
+//! (`Builder::promote_hot_keys`): the hot key moves to a leased striped limiter once its slot's
+//! CAS keeps failing. Group `keyed/floor`: one dependent random load
 //! per iteration over a 23 MB buffer (the 1 M-key table's size, huge-page advised like it), the
 //! latency floor of any lookup that misses the cache and cannot overlap with the next one.
 //!
@@ -29,7 +32,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, Zipf};
 use tollgate_core::{Gcra, Quota};
-use tollgate_sharded::KeyedLimiter;
+use tollgate_sharded::{HotKeyConfig, KeyedLimiter};
 
 /// Keys drawn ahead of time (a power of two, so walking it is a mask). Uniform rings hold every key
 /// equally often; Zipf rings are i.i.d. draws (the distribution itself; its rarest keys may be absent
@@ -66,6 +69,20 @@ fn tollgate(keys: usize) -> Tollgate {
         .and_then(|q| q.with_burst(u64::from(BURST)))
         .expect("valid quota");
     Tollgate(KeyedLimiter::new(quota, keys.max(1_024)).expect("valid limiter"))
+}
+
+/// `tollgate` with hot keys promoted automatically (`HotKeyConfig::default()`), for the rows
+/// `tollgate_promoted` of the hot-key groups.
+fn tollgate_promoted(keys: usize) -> Tollgate {
+    let quota = Quota::per_second(u64::from(RATE))
+        .and_then(|q| q.with_burst(u64::from(BURST)))
+        .expect("valid quota");
+    Tollgate(
+        KeyedLimiter::builder(quota, keys.max(1_024))
+            .promote_hot_keys(HotKeyConfig::default())
+            .build()
+            .expect("valid limiter"),
+    )
 }
 
 fn governor() -> Governor {
@@ -145,13 +162,19 @@ fn streamed<'a>(limiter: &'a Tollgate, ring: &'a [u64]) -> impl Fn(usize, u64) +
     }
 }
 
-fn group(c: &mut Criterion, name: &str, keys: u64, ring: &[u64]) {
+/// `promoted`: also a row `tollgate_promoted` (hot keys promoted automatically; the hot key is
+/// promoted by the first 2-thread iterations' contention, so a 1-thread row is plain until then).
+fn group(c: &mut Criterion, name: &str, keys: u64, ring: &[u64], promoted: bool) {
     let ours = tollgate(keys as usize);
     let theirs = governor();
-    // Fill both tables with every key of the scenario before measuring.
+    let hot = promoted.then(|| tollgate_promoted(keys as usize));
+    // Fill the tables with every key of the scenario before measuring.
     for key in 0..keys {
         ours.decide(key);
         theirs.decide(key);
+        if let Some(hot) = &hot {
+            hot.decide(key);
+        }
     }
     let mut group = c.benchmark_group(format!("keyed/{name}"));
     for threads in [1usize, 2] {
@@ -166,6 +189,12 @@ fn group(c: &mut Criterion, name: &str, keys: u64, ring: &[u64]) {
         group.bench_with_input(id, &threads, |b, &t| {
             b.iter_custom(|iters| run(t, iters, streamed(&ours, ring)));
         });
+        if let Some(hot) = &hot {
+            let id = BenchmarkId::new("tollgate_promoted", threads);
+            group.bench_with_input(id, &threads, |b, &t| {
+                b.iter_custom(|iters| run(t, iters, one_by_one(hot, ring)));
+            });
+        }
     }
     group.finish();
 }
@@ -223,12 +252,18 @@ fn floor(c: &mut Criterion) {
 }
 
 fn keyed(c: &mut Criterion) {
-    group(c, "hot_key", 1, &vec![0; RING]);
-    group(c, "1k_keys", 1_000, &uniform_ring(1_000));
-    group(c, "1m_uniform", 1_000_000, &uniform_ring(1_000_000));
-    group(c, "1m_zipf", 1_000_000, &zipf_ring(1_000_000));
+    group(c, "hot_key", 1, &vec![0; RING], true);
+    group(c, "1k_keys", 1_000, &uniform_ring(1_000), false);
+    group(c, "1m_uniform", 1_000_000, &uniform_ring(1_000_000), false);
+    group(c, "1m_zipf", 1_000_000, &zipf_ring(1_000_000), false);
     // One hot key with half the traffic plus 1 M cold keys (compare the cold cost with 1m_uniform).
-    group(c, "hot_half_1m_cold", 1_000_001, &hot_half_ring(1_000_000));
+    group(
+        c,
+        "hot_half_1m_cold",
+        1_000_001,
+        &hot_half_ring(1_000_000),
+        true,
+    );
 }
 
 criterion_group!(benches, floor, keyed);

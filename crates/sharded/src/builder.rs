@@ -27,6 +27,8 @@ pub struct Builder<K: ?Sized, A, C = MonotonicClock> {
     seed: Option<u64>,
     stripes: Option<usize>,
     window: usize,
+    /// Hot-key promotion (`hot.rs`; set only on GCRA builders).
+    pub(crate) hot: Option<crate::hot::HotKeyConfig>,
     _key: PhantomData<fn(&K)>,
     _algorithm: PhantomData<A>,
 }
@@ -41,6 +43,7 @@ impl<K: ?Sized, A: Algorithm, C: Clock> Builder<K, A, C> {
             seed: None,
             stripes: None,
             window: DEFAULT_WINDOW,
+            hot: None,
             _key: PhantomData,
             _algorithm: PhantomData,
         }
@@ -52,6 +55,7 @@ impl<K: ?Sized, A: Algorithm, C: Clock> Builder<K, A, C> {
             seed: self.seed,
             stripes: self.stripes,
             window: self.window,
+            hot: self.hot,
             ..Builder::new(self.quota, self.capacity, clock)
         }
     }
@@ -140,6 +144,9 @@ impl<K: ?Sized, A: Algorithm, C: Clock> Builder<K, A, C> {
             hasher: foldhash::quality::FixedState::with_seed(seed),
             capacity,
             clock: self.clock,
+            hot: self
+                .hot
+                .map(|config| Box::new(crate::hot::HotTable::new(config))),
             _key: PhantomData,
         })
     }

@@ -7,6 +7,9 @@ use tollgate_core::{Algorithm, CheckError, Decision, Nanos};
 /// ([`Plain`]) compiles to exactly `Algorithm::decide` with no test of a reserve at run time, and
 /// a reserve (`u64` units) to `Algorithm::decide_reserving`.
 pub(crate) trait Headroom: Copy {
+    /// The units kept back (0 for [`Plain`]).
+    fn units(self) -> u64;
+
     /// The transition for `cost` units at `now` from `state`.
     fn decide<A: Algorithm>(
         self,
@@ -32,6 +35,11 @@ pub(crate) struct Plain;
 
 impl Headroom for Plain {
     #[inline(always)]
+    fn units(self) -> u64 {
+        0
+    }
+
+    #[inline(always)]
     fn decide<A: Algorithm>(
         self,
         algorithm: &A,
@@ -55,6 +63,11 @@ impl Headroom for Plain {
 }
 
 impl Headroom for u64 {
+    #[inline(always)]
+    fn units(self) -> u64 {
+        self
+    }
+
     #[inline(always)]
     fn decide<A: Algorithm>(
         self,

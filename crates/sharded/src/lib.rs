@@ -50,15 +50,23 @@
 //! # Concurrency
 //! Decisions on known keys are lock-free: a window scan of 16-byte atomic loads, then one 128-bit
 //! compare-and-swap of the (tag, state) pair when admitting (none when denying). Inserting a new key
-//! takes its stripe's mutex for a rescan and one CAS. No allocation after construction. The slot
+//! takes its stripe's mutex for a rescan and one CAS. No allocation after construction (except,
+//! with hot keys on, one striped limiter per promotion). The slot
 //! protocol and its memory orderings are described in `IMPLEMENTATION.md`; loom models live in
 //! `loom-tests/tests/sharded.rs`.
+//!
+//! # Hot keys
+//! A GCRA table built with [`Builder::promote_hot_keys`] serves a key whose slot keeps losing its
+//! compare-and-swap through a leased striped limiter continuing the key's own timeline, until the
+//! key cools (its bucket is full again); never more admissions than the plain key would make. Off
+//! by default; the proof and the limits are in `src/hot.rs`.
 
 mod batch;
 mod builder;
 mod defaults;
 mod error;
 mod headroom;
+mod hot;
 mod inflight;
 mod insert;
 mod ledger;
@@ -73,6 +81,7 @@ mod table;
 pub use batch::{CHECK_KEYS_LOOKAHEAD, CheckKeys};
 pub use builder::Builder;
 pub use error::KeyedError;
+pub use hot::{HotKeyConfig, MAX_PROMOTIONS};
 pub use inflight::{KeyPermit, KeyedInFlight};
 pub use limiter::{
     DEFAULT_WINDOW, KeyedLimiter, MAX_OVERRIDE_QUOTAS, MAX_STRIPES, MAX_WINDOW, MIN_WINDOW,

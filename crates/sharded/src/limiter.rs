@@ -93,6 +93,8 @@ pub struct KeyedLimiter<K: ?Sized, A, C = MonotonicClock> {
     pub(crate) hasher: foldhash::quality::FixedState,
     pub(crate) capacity: usize,
     pub(crate) clock: C,
+    /// Hot-key promotion (`hot.rs`); `None` unless enabled (GCRA tables only).
+    pub(crate) hot: Option<Box<crate::hot::HotTable>>,
     pub(crate) _key: PhantomData<fn(&K)>,
 }
 
@@ -349,7 +351,10 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     {
         let place = self.place(self.hasher.hash_one(key));
         match self.scan(place, None, Some(now)) {
-            Scan::Found(_, found) => {
+            Scan::Found(index, found) => {
+                if let Some(promoted) = self.promoted(index, found) {
+                    return tollgate_core::Limiter::peek_at(&promoted.limiter, now, cost);
+                }
                 let (algorithm, found) = self.resolve(found);
                 algorithm.decide(found.state, now, cost).map(|t| t.decision)
             }

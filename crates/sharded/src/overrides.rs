@@ -37,6 +37,8 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         let stripe = &self.stripes[place.stripe];
         let mut ledger = lock(&stripe.insert);
         let now = self.clock.now();
+        // A promoted key goes back to its slot first, so its state is carried over (`hot.rs`).
+        self.demote_at_locked(place, now);
         loop {
             let (found, candidate) = self.scan_locked(place, now, &ledger);
             let (index, old, new) = match (found, candidate) {
@@ -73,6 +75,7 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         let place = self.place(self.hasher.hash_one(key));
         let ledger = lock(&self.stripes[place.stripe].insert);
         let now = self.clock.now();
+        self.demote_at_locked(place, now);
         // Stable under the stripe lock (a default change holds every stripe lock).
         let generation = self.defaults.generation();
         let to = self.defaults.get(generation);

@@ -72,6 +72,10 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
                 if word.hash_part() != hash_part {
                     return Err(());
                 }
+                if self.promoted(index, word).is_some() {
+                    // A promoted key's refund is refused (stricter; `hot.rs`).
+                    return Ok((false, None));
+                }
                 let (algorithm, seen) = self.resolve(word);
                 let next = algorithm
                     .refund(seen.state, now, cost)
@@ -169,6 +173,10 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
             |word: SlotWord| {
                 if word.hash_part() != hash_part {
                     return Err(());
+                }
+                if let Some(promoted) = self.promoted(index, word) {
+                    // A promoted key is charged on its striped limiter (`hot.rs`).
+                    return Ok((promoted.limiter.charge_at(now, cost), None));
                 }
                 let (algorithm, seen) = self.resolve(word);
                 let next = algorithm

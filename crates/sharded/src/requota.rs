@@ -79,6 +79,9 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         let old = self.defaults.generation();
         {
             let _stripes: Vec<_> = self.stripes.iter().map(|s| lock(&s.insert)).collect();
+            // Promoted keys go back to their slots first, so the sweep carries their state over
+            // (`hot.rs`); a promotion needs a stripe lock, so none happens until we are done.
+            self.demote_all_locked(at);
             let new = self.defaults.push(algorithm, at);
             let (from, to) = (self.defaults.get(old), self.defaults.get(new));
             for stripe in self.stripes.iter() {

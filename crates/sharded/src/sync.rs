@@ -16,13 +16,13 @@
 #[cfg(tollgate_loom)]
 pub(crate) use loom::sync::{
     Mutex, MutexGuard,
-    atomic::{AtomicUsize, Ordering},
+    atomic::{AtomicU64, AtomicUsize, Ordering},
 };
 
 #[cfg(not(tollgate_loom))]
 pub(crate) use std::sync::{
     Mutex, MutexGuard, OnceLock,
-    atomic::{AtomicUsize, Ordering},
+    atomic::{AtomicU64, AtomicUsize, Ordering},
 };
 
 /// Locks `mutex`, ignoring poisoning: every critical section in this crate leaves the table

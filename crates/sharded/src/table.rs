@@ -166,8 +166,8 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     }
 
     /// Applies the key's algorithm to the slot with the pair CAS loop, keeping `reserve`'s headroom
-    /// ([`Plain`](crate::headroom::Plain): none). `None`: the slot no longer holds the key (evicted under us); the caller
-    /// rescans.
+    /// ([`Plain`](crate::headroom::Plain): none). `None`: the slot no longer holds the key (evicted under us), or
+    /// a promoted key was demoted (`hot.rs`); the caller rescans.
     #[inline]
     pub(crate) fn apply(
         &self,
@@ -195,10 +195,23 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
                 let next = transition.next.map(|state| seen.with_state(state));
                 Ok((transition.decision, next))
             },
-            // Same key (another admission, or a tier change): the loop re-decides against it.
-            |old, new| self.exchange(index, old, new).map(drop),
+            // Same key (another admission, or a tier change): the loop re-decides against it. A
+            // failure is what hot-key detection counts (`hot.rs`, out of line).
+            |old, new| {
+                self.exchange(index, old, new)
+                    .map(drop)
+                    .inspect_err(|_| self.note_contention(index, now))
+            },
         );
         match outcome {
+            // Only a denial can be a promoted key's marker (`hot.rs`): an admission pays one test of
+            // the decision's variant, a denial also a test of two bits of the word it read.
+            Ok((decision, word)) if !decision.is_allowed() => match self.promoted(index, word) {
+                Some(promoted) => {
+                    self.decide_promoted(promoted, index, word, now, cost, reserve.units())
+                }
+                None => Some(Ok(decision)),
+            },
             Ok((decision, _)) => Some(Ok(decision)),
             Err(stopped) => stopped,
         }
