@@ -62,6 +62,8 @@ mod limiter;
 mod policy;
 mod priority;
 #[cfg(feature = "redis")]
+mod redis_settle;
+#[cfg(feature = "redis")]
 mod redis_store;
 mod reload;
 mod rules;
@@ -79,6 +81,8 @@ pub use explain::{Explanation, QuotaView, RuleTrace, Skipped, StateView};
 pub use inflight::{Admission, ConcurrencyConfig};
 pub use policy::{Descriptors, Policy, PolicyDecision, PolicyError, RuleOutcome};
 pub use priority::{PriorityConfig, PriorityError};
+#[cfg(feature = "redis")]
+pub use redis_settle::{RedisReservation, RedisReserved, Unsettled};
 #[cfg(feature = "redis")]
 pub use redis_store::{RedisPolicy, RedisSettings};
 pub use reload::{PreparedReload, ReloadReport};

@@ -59,7 +59,7 @@ impl Default for RedisSettings {
 }
 
 /// A rule-and-quota's Redis limiter, of its algorithm and mode.
-enum Limiter {
+pub(crate) enum Limiter {
     Gcra(RedisLimiter<Gcra>),
     Leaky(RedisLimiter<LeakyBucket>),
     Fixed(RedisLimiter<FixedWindow>),
@@ -81,12 +81,12 @@ struct Spec {
     breaker: BreakerConfig,
 }
 
-struct QuotaLimiter {
+pub(crate) struct QuotaLimiter {
     spec: Spec,
-    limiter: Limiter,
+    pub(crate) limiter: Limiter,
     /// Per request mode: the algorithm and quota as one key of a [`RedisBatch`], and the key's
     /// name under the batch's prefix (`<rule>:<algorithm>:`).
-    batch: Option<(BatchLimit, String)>,
+    pub(crate) batch: Option<(BatchLimit, String)>,
 }
 
 impl QuotaLimiter {
@@ -173,11 +173,12 @@ struct RuleLimiters {
 /// Every rule's Redis limiters, indexed like the rule set.
 pub(crate) struct RedisStore {
     rules: Box<[RuleLimiters]>,
-    /// Per request mode: every rule of a request in one script (`None` in lease mode).
-    batch: Option<RedisBatch>,
+    /// Every rule of a request in one script (per request mode), and every settlement's script
+    /// (both modes).
+    pub(crate) batch: RedisBatch,
     /// What the batch was built with (a reload with other settings builds another).
     batch_settings: RedisSettings,
-    fail: FaultPolicy,
+    pub(crate) fail: FaultPolicy,
     labels: Vec<(String, String)>,
 }
 
@@ -279,7 +280,9 @@ impl RedisStore {
                             Limiter::Leaky(l) => Some(l.batch_limit()),
                             Limiter::Fixed(l) => Some(l.batch_limit()),
                             Limiter::Sliding(l) => Some(l.batch_limit()),
-                            Limiter::Lease(_) => None,
+                            // The shared bucket's GCRA, as the lease script runs it on the same
+                            // key: what a settlement charges.
+                            Limiter::Lease(_) => BatchLimit::for_quota::<Gcra>(quota).ok(),
                         }
                         .map(|limit| (limit, relative.clone()));
                         Arc::new(QuotaLimiter {
@@ -295,19 +298,15 @@ impl RedisStore {
         }
         // One batch per store: its breaker is the store's, over every rule.
         let batch = old
-            .and_then(|o| o.batch.clone())
-            .filter(|_| {
-                settings.lease.is_none() && old.is_some_and(|o| o.batch_settings == *settings)
-            })
-            .or_else(|| {
-                settings.lease.is_none().then(|| {
-                    let config = RedisConfig::default()
-                        .with_prefix(settings.prefix.clone())
-                        .with_timeout(settings.timeout)
-                        .with_policy(settings.fail)
-                        .with_breaker(settings.breaker);
-                    RedisBatch::new(conn.clone(), config)
-                })
+            .filter(|o| o.batch_settings == *settings)
+            .map(|o| o.batch.clone())
+            .unwrap_or_else(|| {
+                let config = RedisConfig::default()
+                    .with_prefix(settings.prefix.clone())
+                    .with_timeout(settings.timeout)
+                    .with_policy(settings.fail)
+                    .with_breaker(settings.breaker);
+                RedisBatch::new(conn.clone(), config)
             });
         Ok(RedisStore {
             rules: built.into_boxed_slice(),
@@ -323,7 +322,7 @@ impl RedisStore {
         })
     }
 
-    fn limiter(&self, at: &RuleKey<'_>) -> Option<&QuotaLimiter> {
+    pub(crate) fn limiter(&self, at: &RuleKey<'_>) -> Option<&QuotaLimiter> {
         self.rules[at.index]
             .by_quota
             .iter()
@@ -331,7 +330,7 @@ impl RedisStore {
             .map(|(_, l)| &**l)
     }
 
-    fn key(at: &RuleKey<'_>) -> String {
+    pub(crate) fn key(at: &RuleKey<'_>) -> String {
         if at.composite {
             hex(at.key)
         } else {
@@ -341,11 +340,11 @@ impl RedisStore {
 
     /// The answer when Redis could not decide: counted, then the fault policy's (`None`: the rule
     /// does not apply).
-    fn fault(&self, at: &RuleKey<'_>, error: &Error) -> Option<Decision> {
+    pub(crate) fn fault(&self, at: &RuleKey<'_>, error: &Error) -> Option<Decision> {
         let cause = match error {
             Error::CircuitOpen => "circuit_open",
             Error::CorruptState { .. } => "corrupt",
-            Error::WrongType { .. } | Error::DuplicateKey { .. } => "config",
+            Error::WrongType { .. } | Error::DuplicateKey { .. } | Error::NoCharge => "config",
             _ => "outage",
         };
         let answer = match self.fail {
@@ -432,7 +431,25 @@ impl AsyncStore for RedisStore {
         now: Option<Nanos>,
         cost: u64,
     ) -> Option<BatchAnswer> {
-        let batch = self.batch.as_ref()?;
+        self.check_batch_timed(rules, now, cost)
+            .await
+            .map(|(answer, _)| answer)
+    }
+}
+
+impl RedisStore {
+    /// [`AsyncStore::check_batch`], with the instant the script decided at (`None`: no script
+    /// ran). `None` in lease mode (rule by rule, on the leases).
+    pub(crate) async fn check_batch_timed(
+        &self,
+        rules: &[(RuleKey<'_>, bool)],
+        now: Option<Nanos>,
+        cost: u64,
+    ) -> Option<(BatchAnswer, Option<Nanos>)> {
+        if self.batch_settings.lease.is_some() {
+            return None;
+        }
+        let batch = &self.batch;
         let mut names = Vec::with_capacity(rules.len());
         let mut limits = Vec::with_capacity(rules.len());
         for (at, enforced) in rules {
@@ -442,7 +459,7 @@ impl AsyncStore for RedisStore {
                     cost,
                     capacity: limit.capacity(),
                 };
-                return Some(Err((limits.len(), error)));
+                return Some((Err((limits.len(), error)), None));
             }
             names.push(format!("{relative}{}", Self::key(at)));
             limits.push(limit);
@@ -458,22 +475,25 @@ impl AsyncStore for RedisStore {
             })
             .collect();
         let result = match now {
-            Some(now) => batch.try_check_at(&keys, now, cost).await,
-            None => batch.try_check(&keys, cost).await,
+            Some(now) => batch.try_check_timed_at(&keys, now, cost).await,
+            None => batch.try_check_timed(&keys, cost).await,
         };
         Some(match result {
-            Ok(decisions) => Ok(decisions.into_iter().map(Some).collect()),
-            Err(Error::Cost(error)) => Err((0, error)),
+            Ok((decisions, at)) => (Ok(decisions.into_iter().map(Some).collect()), at),
+            Err(Error::Cost(error)) => (Err((0, error)), None),
             // Every rule answers by the fault policy, each counted.
-            Err(error) => Ok(rules.iter().map(|(at, _)| self.fault(at, &error)).collect()),
+            Err(error) => (
+                Ok(rules.iter().map(|(at, _)| self.fault(at, &error)).collect()),
+                None,
+            ),
         })
     }
 }
 
 /// A rule set with its Redis state: what decisions load.
-struct RedisLive {
-    rules: RuleSet,
-    store: RedisStore,
+pub(crate) struct RedisLive {
+    pub(crate) rules: RuleSet,
+    pub(crate) store: RedisStore,
 }
 
 /// A policy whose rules keep their state in Redis: [`Policy`](crate::Policy)'s rules, config and
@@ -493,6 +513,12 @@ struct RedisLive {
 ///   admission and its refund another caller can see those units spent: it is refused a little
 ///   early, never admitted beyond the quota. A refund Redis cannot take (an outage) leaves the
 ///   units spent: stricter, never looser.
+///
+/// # Costs known only after the response
+/// [`reserve`](Self::reserve) an estimate (one round trip per request mode), then
+/// [`settle`](Self::settle) the actual cost (one round trip for all of the request's rules: the
+/// surplus given back, an overdraft charged into debt); a dropped reservation stays at its
+/// estimate. See [`RedisReservation`](crate::RedisReservation).
 ///
 /// # Keys
 /// A rule's key `k` lives at `<prefix><rule>:<algorithm>:<k>`: `k` is the descriptor's value for a
@@ -528,10 +554,10 @@ struct RedisLive {
 /// # Ok(()) }
 /// ```
 pub struct RedisPolicy {
-    current: ArcSwap<RedisLive>,
+    pub(crate) current: ArcSwap<RedisLive>,
     conn: ConnectionManager,
     settings: RedisSettings,
-    dry_run: AtomicBool,
+    pub(crate) dry_run: AtomicBool,
     reloads: Mutex<()>,
 }
 

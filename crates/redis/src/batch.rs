@@ -76,8 +76,8 @@ batchable!(Gcra => Kind::Tat, LeakyBucket => Kind::Tat, FixedWindow => Kind::Fix
 /// script, so a batch and the limiter read and write the same state under the same key).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BatchLimit {
-    kind: Kind,
-    params: ScriptParams,
+    pub(crate) kind: Kind,
+    pub(crate) params: ScriptParams,
     capacity: u64,
 }
 
@@ -206,9 +206,9 @@ impl<'a> BatchKey<'a> {
 /// ```
 #[derive(Clone, Debug)]
 pub struct RedisBatch<C = ConnectionManager> {
-    conn: C,
-    config: RedisConfig,
-    breaker: Arc<Breaker>,
+    pub(crate) conn: C,
+    pub(crate) config: RedisConfig,
+    pub(crate) breaker: Arc<Breaker>,
 }
 
 /// Whether a batch's request was admitted: every enforcing key's decision is allowed (`keys` and
@@ -294,6 +294,35 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisBatch<C> {
         self.run(keys, Some(now), cost, true).await
     }
 
+    /// [`try_check`](Self::try_check), with the instant the script decided at (ns since the Unix
+    /// epoch, a whole µs: Redis's `TIME`, or the configured time source), which a reservation
+    /// settles against ([`try_settle`](Self::try_settle)); `None` when no key was sent (nothing
+    /// was written).
+    ///
+    /// # Errors
+    /// As [`try_check`](Self::try_check).
+    pub async fn try_check_timed(
+        &self,
+        keys: &[BatchKey<'_>],
+        cost: u64,
+    ) -> Result<(Vec<Decision>, Option<Nanos>), Error> {
+        self.run_timed(keys, None, cost, false).await
+    }
+
+    /// [`try_check_timed`](Self::try_check_timed) at a time the caller supplies (as
+    /// [`try_check_at`](Self::try_check_at)).
+    ///
+    /// # Errors
+    /// As [`try_check`](Self::try_check).
+    pub async fn try_check_timed_at(
+        &self,
+        keys: &[BatchKey<'_>],
+        now: Nanos,
+        cost: u64,
+    ) -> Result<(Vec<Decision>, Option<Nanos>), Error> {
+        self.run_timed(keys, Some(now), cost, false).await
+    }
+
     async fn run(
         &self,
         keys: &[BatchKey<'_>],
@@ -301,6 +330,18 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisBatch<C> {
         cost: u64,
         peek: bool,
     ) -> Result<Vec<Decision>, Error> {
+        self.run_timed(keys, now, cost, peek)
+            .await
+            .map(|(decisions, _)| decisions)
+    }
+
+    async fn run_timed(
+        &self,
+        keys: &[BatchKey<'_>],
+        now: Option<Nanos>,
+        cost: u64,
+        peek: bool,
+    ) -> Result<(Vec<Decision>, Option<Nanos>), Error> {
         for k in keys.iter().filter(|k| k.enforcing) {
             if cost > k.limit.capacity {
                 return Err(Error::Cost(CheckError::CostExceedsCapacity {
@@ -318,7 +359,7 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisBatch<C> {
         let never = Decision::denied(Nanos::MAX, Nanos::MAX);
         let sent: Vec<&BatchKey<'_>> = keys.iter().filter(|k| cost <= k.limit.capacity).collect();
         if sent.is_empty() {
-            return Ok(vec![never; keys.len()]);
+            return Ok((vec![never; keys.len()], None));
         }
         if self.breaker.admit() == Admission::Reject {
             return Err(Error::CircuitOpen);
@@ -328,9 +369,10 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisBatch<C> {
             Err(e) if e.is_outage() => Outcome::Failed,
             _ => Outcome::Answered,
         });
-        let raw = result?;
+        let (raw, at) = result?;
         let mut replies = raw.chunks_exact(4).zip(&sent);
-        keys.iter()
+        let decisions = keys
+            .iter()
             .map(|k| {
                 if cost > k.limit.capacity {
                     return Ok(never);
@@ -338,7 +380,8 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisBatch<C> {
                 let (chunk, k) = replies.next().ok_or_else(|| short(&raw, &sent))?;
                 Ok(Reply::parse(chunk, k.limit.params.unit())?.decision())
             })
-            .collect()
+            .collect::<Result<Vec<_>, Error>>()?;
+        Ok((decisions, Some(at)))
     }
 
     async fn call(
@@ -347,7 +390,7 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisBatch<C> {
         now: Option<Nanos>,
         cost: u64,
         peek: bool,
-    ) -> Result<Vec<i64>, Error> {
+    ) -> Result<(Vec<i64>, Nanos), Error> {
         let mut conn = self.conn.clone();
         let mut call = BATCH.prepare_invoke();
         call.arg(scripts::time_arg(&self.config, now))
@@ -361,15 +404,18 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisBatch<C> {
                 call.arg(a.as_str());
             }
         }
-        let reply: Vec<i64> =
+        let mut reply: Vec<i64> =
             tokio::time::timeout(self.config.timeout(), call.invoke_async(&mut conn))
                 .await
                 .map_err(|_| Error::Timeout(self.config.timeout()))?
                 .map_err(|e| self.classify(e, sent))?;
-        if reply.len() != sent.len() * 4 {
+        // Four values per key, then the instant decided at (µs).
+        if reply.len() != sent.len() * 4 + 1 {
             return Err(short(&reply, sent));
         }
-        Ok(reply)
+        let at = reply.pop().and_then(|us| u64::try_from(us).ok());
+        let at = at.ok_or_else(|| Error::BadReply("a negative time".to_owned()))?;
+        Ok((reply, at.saturating_mul(1000)))
     }
 
     /// A script error as the crate's [`Error`]: `TOLLGATE_KEY <i> <error>` names the key (from 1)
@@ -420,7 +466,7 @@ fn duplicate<'a>(keys: &[BatchKey<'a>]) -> Option<&'a str> {
 }
 
 fn short(raw: &[i64], sent: &[&BatchKey<'_>]) -> Error {
-    Error::BadReply(format!("{} values, want {}", raw.len(), sent.len() * 4))
+    Error::BadReply(format!("{} values, want {}", raw.len(), sent.len() * 4 + 1))
 }
 
 #[cfg(test)]

@@ -11,8 +11,8 @@ use tollgate_core::{FixedWindow, Gcra, LeakyBucket, Nanos, Quota, QuotaError, Sl
 
 use crate::params::ScriptParams;
 use crate::scripts::{
-    FIXED_WINDOW, FIXED_WINDOW_REFUND, GCRA, GCRA_REFUND, LUA_PARAM_MAX, SLIDING_WINDOW,
-    SLIDING_WINDOW_REFUND,
+    FIXED_WINDOW, FIXED_WINDOW_CHARGE, FIXED_WINDOW_REFUND, GCRA, GCRA_CHARGE, GCRA_REFUND,
+    LUA_PARAM_MAX, SLIDING_WINDOW, SLIDING_WINDOW_CHARGE, SLIDING_WINDOW_REFUND,
 };
 
 /// The Redis type of a limiter's key.
@@ -87,6 +87,24 @@ pub trait RedisEncoding: Algorithm {
     /// or later the same. A write sets the TTL to when the new state turns fresh, as the decision
     /// script's writes do. The reply is `{written (0/1), 0, 0, 0}`.
     fn refund_script() -> Option<&'static Script> {
+        None
+    }
+
+    /// The charge script, restating the algorithm's [`charge`](Algorithm::charge) over the key's
+    /// stored value (units counted at `now` without a decision: a settlement's overdraft); `None`
+    /// (the default) when the algorithm has none, in which case
+    /// [`RedisLimiter::try_charge`](crate::RedisLimiter::try_charge) is an error
+    /// ([`Error::NoCharge`](crate::Error::NoCharge)) rather than a silent loss.
+    ///
+    /// Same calling convention as [`refund_script`](Self::refund_script), `ARGV[2]` being the units
+    /// to count (any `u64`). Contract: for a stored state `w` and a time `now` in whole µs, the
+    /// script leaves the key holding `a.charge(w, now, cost)` (or `w` when that is `None`), written
+    /// with this quota's tag (a state under another quota carried over first, as a decision does),
+    /// and its TTL set to when that state turns fresh; where the core's count would go beyond what
+    /// the script's exact integers hold, the script stops at its own largest state (documented per
+    /// algorithm), which still denies every request the core's would. The reply is `{written
+    /// (0/1), 0, 0, 0}`.
+    fn charge_script() -> Option<&'static Script> {
         None
     }
 
@@ -265,6 +283,10 @@ impl RedisEncoding for Gcra {
         Some(&GCRA_REFUND)
     }
 
+    fn charge_script() -> Option<&'static Script> {
+        Some(&GCRA_CHARGE)
+    }
+
     fn refund_cost(&self, cost: u64) -> Option<u64> {
         tat_refund_cost(self.quota(), cost)
     }
@@ -301,6 +323,10 @@ impl RedisEncoding for LeakyBucket {
 
     fn refund_script() -> Option<&'static Script> {
         Some(&GCRA_REFUND)
+    }
+
+    fn charge_script() -> Option<&'static Script> {
+        Some(&GCRA_CHARGE)
     }
 
     fn refund_cost(&self, cost: u64) -> Option<u64> {
@@ -431,6 +457,10 @@ impl RedisEncoding for FixedWindow {
         Some(&FIXED_WINDOW_REFUND)
     }
 
+    fn charge_script() -> Option<&'static Script> {
+        Some(&FIXED_WINDOW_CHARGE)
+    }
+
     fn redis_quota(quota: Quota) -> Result<Quota, QuotaError> {
         window_quota(quota)
     }
@@ -484,6 +514,10 @@ impl RedisEncoding for SlidingWindow {
 
     fn refund_script() -> Option<&'static Script> {
         Some(&SLIDING_WINDOW_REFUND)
+    }
+
+    fn charge_script() -> Option<&'static Script> {
+        Some(&SLIDING_WINDOW_CHARGE)
     }
 
     fn redis_quota(quota: Quota) -> Result<Quota, QuotaError> {

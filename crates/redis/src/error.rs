@@ -46,6 +46,10 @@ pub enum Error {
         /// The Redis key.
         key: String,
     },
+    /// The algorithm has no charge script
+    /// ([`RedisEncoding::charge_script`](crate::RedisEncoding::charge_script)): units owed cannot
+    /// be counted, so the call says so rather than dropping them. A configuration error (every algorithm of this crate has one).
+    NoCharge,
 }
 
 impl Error {
@@ -67,7 +71,10 @@ impl Error {
 
     /// Whether this is a configuration error ([`Error::WrongType`], [`Error::DuplicateKey`]).
     pub fn is_config(&self) -> bool {
-        matches!(self, Error::WrongType { .. } | Error::DuplicateKey { .. })
+        matches!(
+            self,
+            Error::WrongType { .. } | Error::DuplicateKey { .. } | Error::NoCharge
+        )
     }
 }
 
@@ -93,6 +100,7 @@ impl fmt::Display for Error {
             Error::DuplicateKey { key } => {
                 write!(f, "redis key {key:?} is twice in one batch")
             }
+            Error::NoCharge => write!(f, "this limiter's algorithm has no charge script"),
         }
     }
 }
@@ -107,7 +115,8 @@ impl std::error::Error for Error {
             | Error::CircuitOpen
             | Error::CorruptState { .. }
             | Error::WrongType { .. }
-            | Error::DuplicateKey { .. } => None,
+            | Error::DuplicateKey { .. }
+            | Error::NoCharge => None,
         }
     }
 }

@@ -65,7 +65,7 @@ impl Faults {
             Error::Cost(_) => return,
             Error::CircuitOpen => &self.circuit_open,
             Error::CorruptState { .. } => &self.corrupt,
-            Error::WrongType { .. } | Error::DuplicateKey { .. } => &self.config,
+            Error::WrongType { .. } | Error::DuplicateKey { .. } | Error::NoCharge => &self.config,
             _ => &self.outages,
         };
         // Relaxed: a statistic (see `snapshot`).

@@ -56,6 +56,21 @@
 //! instance's live lease for the key, locally, and nothing once that lease has expired (see its
 //! bound).
 //!
+//! # Charges and settlements
+//! [`RedisLimiter::try_charge`] (and [`try_charge_at`](RedisLimiter::try_charge_at),
+//! [`charge`](RedisLimiter::charge)) counts units without a decision, for a request that cost more
+//! than it reserved: one atomic script per algorithm restating the core's
+//! [`Algorithm::charge`](tollgate_core::Algorithm::charge), checked against it on random states
+//! (debts and states of another quota included) and costs. GCRA and the leaky bucket move the TAT
+//! `cost` intervals past `max(TAT, now)`, past the depth if need be (debt); the windows count into
+//! now's window beyond the limit. Where the core's state would leave the scripts' exact integers the
+//! script stops at its largest state (a TAT 2^52 units ahead, a count of `max_count`), which still
+//! denies all the core's state denies. [`RedisBatch::try_check_timed`] tells when a batch decided,
+//! and [`RedisBatch::try_settle`] brings a reserved request's keys to its actual cost in one script
+//! call: each key given units back ([`SettleOp::GiveBack`]: a bucket at most the part of its
+//! reservation still ahead of now, a window in the window it counted the units in) or charged
+//! ([`SettleOp::Charge`]).
+//!
 //! # Keys, TTLs and Redis Cluster
 //! The Redis key is `prefix + key` (see [`RedisConfig::with_prefix`]). Every script but
 //! [`RedisBatch`]'s reads and writes exactly that one key, so it runs unchanged on Redis Cluster; a
@@ -118,6 +133,7 @@ mod lease;
 mod limiter;
 mod params;
 mod scripts;
+mod settle;
 
 use std::time::Duration;
 
@@ -134,6 +150,7 @@ pub use limiter::RedisLimiter;
 pub use params::ScriptParams;
 pub use redis::aio::ConnectionManager;
 pub use redis::cluster_async::ClusterConnection;
+pub use settle::{SettleKey, SettleOp};
 
 /// A lazily connecting, self-reconnecting connection to the Redis at `url` (e.g.
 /// `redis://127.0.0.1:6379/`), with connection and response timeouts from `config`.

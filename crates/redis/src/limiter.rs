@@ -251,6 +251,67 @@ impl<A: RedisEncoding, C: ConnectionLike + Clone + Send + Sync> RedisLimiter<A, 
         Ok(())
     }
 
+    /// Counts `cost` units for `key` now **without a decision**, as the algorithm's in-process
+    /// [`charge`](tollgate_core::Algorithm::charge) does (one atomic script call): what a
+    /// settlement owes when a request cost more than it reserved. The key goes into debt where it
+    /// has nothing left: GCRA and the leaky bucket move the TAT `cost` intervals past `max(TAT,
+    /// now)` (past the bucket's depth if need be), so the next request waits exactly as long as
+    /// the overdraft takes to refill; the windows count `cost` into now's window beyond the limit.
+    /// The key's quota tag is written as a decision writes it (a state under another quota is
+    /// carried over first). Where the core's state would go beyond what the script's exact integers
+    /// hold, the script stops at its largest state: a TAT 2^52 of its units ahead of now (at least
+    /// 52 days; 142 years for whole-µs intervals), a window count of the script's `max_count` (at
+    /// least the limit): either still denies every request the core's state would deny, for at
+    /// least that long. A charge of 0 returns at once without a round trip.
+    ///
+    /// # Errors
+    /// The backend faults of [`try_refund`](Self::try_refund); [`Error::NoCharge`] for an
+    /// algorithm without a [`charge_script`](RedisEncoding::charge_script). Nothing was counted
+    /// then (the units are owed still: see [`charge`](Self::charge)).
+    pub async fn try_charge(&self, key: &str, cost: u64) -> Result<(), Error> {
+        self.charge_run(key, None, cost).await
+    }
+
+    /// [`try_charge`](Self::try_charge) at a time the caller supplies, as
+    /// [`try_check_at`](Self::try_check_at).
+    ///
+    /// # Errors
+    /// As [`try_charge`](Self::try_charge).
+    pub async fn try_charge_at(&self, key: &str, now: Nanos, cost: u64) -> Result<(), Error> {
+        self.charge_run(key, Some(now), cost).await
+    }
+
+    /// [`try_charge`](Self::try_charge) with the fault handling: a charge that cannot be made is
+    /// counted in [`faults`](Self::faults) and dropped. **A charge lost to an outage is looser** (the
+    /// units were used and are not counted): the same exposure as admitting while Redis is down;
+    /// call [`try_charge`](Self::try_charge) to retry instead.
+    pub async fn charge(&self, key: &str, cost: u64) {
+        if let Err(e) = self.charge_run(key, None, cost).await {
+            self.faults.count(&e);
+        }
+    }
+
+    async fn charge_run(&self, key: &str, now: Option<Nanos>, cost: u64) -> Result<(), Error> {
+        if cost == 0 {
+            return Ok(());
+        }
+        let script = A::charge_script().ok_or(Error::NoCharge)?;
+        let time = scripts::time_arg(&self.config, now);
+        let cost = cost.to_string();
+        let head = [&*time, &*cost, ""];
+        scripts::invoke(
+            &self.conn,
+            &self.breaker,
+            &self.config,
+            script,
+            key,
+            head,
+            &self.params,
+        )
+        .await?;
+        Ok(())
+    }
+
     fn with_policy(&self, result: Result<Decision, Error>) -> Result<Decision, CheckError> {
         self.faults.apply(self.config.policy(), result)
     }

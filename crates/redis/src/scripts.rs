@@ -39,11 +39,41 @@ pub(crate) static BATCH: LazyLock<Script> = lua!(
     "sliding_window_decide.lua",
     "batch.lua"
 );
-pub(crate) static GCRA_REFUND: LazyLock<Script> = lua!("tat.lua", "gcra_refund.lua");
-pub(crate) static FIXED_WINDOW_REFUND: LazyLock<Script> =
-    lua!("fixed_window_decide.lua", "fixed_window_refund.lua");
-pub(crate) static SLIDING_WINDOW_REFUND: LazyLock<Script> =
-    lua!("sliding_window_decide.lua", "sliding_window_refund.lua");
+pub(crate) static GCRA_REFUND: LazyLock<Script> =
+    lua!("tat.lua", "tat_settle.lua", "gcra_refund.lua");
+pub(crate) static FIXED_WINDOW_REFUND: LazyLock<Script> = lua!(
+    "fixed_window_decide.lua",
+    "fixed_window_settle.lua",
+    "fixed_window_refund.lua"
+);
+pub(crate) static SLIDING_WINDOW_REFUND: LazyLock<Script> = lua!(
+    "sliding_window_decide.lua",
+    "sliding_window_settle.lua",
+    "sliding_window_refund.lua"
+);
+pub(crate) static GCRA_CHARGE: LazyLock<Script> =
+    lua!("tat.lua", "tat_settle.lua", "gcra_charge.lua");
+pub(crate) static FIXED_WINDOW_CHARGE: LazyLock<Script> = lua!(
+    "fixed_window_decide.lua",
+    "fixed_window_settle.lua",
+    "fixed_window_charge.lua"
+);
+pub(crate) static SLIDING_WINDOW_CHARGE: LazyLock<Script> = lua!(
+    "sliding_window_decide.lua",
+    "sliding_window_settle.lua",
+    "sliding_window_charge.lua"
+);
+/// A reserved request's settlement: several keys of any of the algorithms, each given units back
+/// or charged, in one call (the same `*_refund` and `*_charge` functions as the single-key scripts).
+pub(crate) static SETTLE: LazyLock<Script> = lua!(
+    "tat.lua",
+    "fixed_window_decide.lua",
+    "sliding_window_decide.lua",
+    "tat_settle.lua",
+    "fixed_window_settle.lua",
+    "sliding_window_settle.lua",
+    "settle.lua"
+);
 
 /// The script's first argument: `now` in µs, or `""` for the server's `TIME`.
 pub(crate) fn time_arg(config: &RedisConfig, now: Option<Nanos>) -> String {

@@ -10,7 +10,8 @@
 -- is raised before any write: nothing is written. It comes back as 'TOLLGATE_KEY <i> <the error>',
 -- i being the key's position (from 1).
 -- Reply: four integers per key, in order, as its single-key script replies: {allowed, remaining,
--- retry_after, reset_after} in that algorithm's unit, -1 = never.
+-- retry_after, reset_after} in that algorithm's unit, -1 = never; then the `now` every key was
+-- decided at, in µs (what a reservation settles against).
 local ALGORITHMS = {g = gcra_decide, f = fixed_window_decide, s = sliding_window_decide}
 local now, cost, peek = now_us(), tonumber(ARGV[2]), ARGV[3] == '1'
 local reply, commits, carries, admitted, seen = {}, {}, {}, true, {}
@@ -54,4 +55,5 @@ if not peek then
     end
   end
 end
+reply[#reply + 1] = now
 return reply

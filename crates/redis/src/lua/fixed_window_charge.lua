@@ -1,0 +1,6 @@
+-- Fixed window charge (`fixed_window_charge`, fixed_window_settle.lua). KEYS[1]: the key (see
+-- fixed_window.lua). ARGV: now_us or '', cost, unused, window_us, limit, max_count.
+-- Reply: {written (0/1), 0, 0, 0}.
+local key, now, cost = decision_args()
+local window, limit, max_count = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+return {fixed_window_charge(key, now, cost, window, limit, max_count), 0, 0, 0}
