@@ -229,14 +229,31 @@ pub(crate) fn decide<S: Store>(
     want_next: bool,
 ) -> Result<Decided, PolicyError> {
     let values = set.resolve(descriptors);
+    decide_values(set, store, &values, dry, now, cost, outcomes, want_next)
+}
+
+/// [`decide`] for a request whose descriptors are resolved already (`RuleSet::resolve`,
+/// `RuleSet::resolve_by`).
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub(crate) fn decide_values<S: Store>(
+    set: &RuleSet,
+    store: &S,
+    values: &Values<'_>,
+    dry: bool,
+    now: Nanos,
+    cost: u64,
+    outcomes: Option<&mut Vec<RuleOutcome>>,
+    want_next: bool,
+) -> Result<Decided, PolicyError> {
     let mut tally = Tally::new();
-    let error = pass(set, store, &values, dry, now, cost, outcomes, &mut tally);
+    let error = pass(set, store, values, dry, now, cost, outcomes, &mut tally);
     if error.is_some() || tally.denying() {
-        refund(set, store, &values, &tally.admitted, now, cost);
+        refund(set, store, values, &tally.admitted, now, cost);
     }
     match error {
         Some(error) => Err(error),
-        None => Ok(conclude(set, store, &values, &tally, now, want_next)),
+        None => Ok(conclude(set, store, values, &tally, now, want_next)),
     }
 }
 

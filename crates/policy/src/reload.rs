@@ -373,6 +373,7 @@ impl Live {
         Ok((
             Live {
                 rules: RuleSet {
+                    id: crate::schema::next_id(),
                     names: names.into_boxed_slice(),
                     rules: rules.into_boxed_slice(),
                     dry_run: config.dry_run,

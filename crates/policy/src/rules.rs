@@ -26,6 +26,9 @@ pub(crate) type KeyBuf = SmallVec<[u8; 128]>;
 
 /// The rules decisions read: built once per load or reload, never changed afterwards.
 pub(crate) struct RuleSet {
+    /// Unique for the process (never reused): what a [`DescriptorSchema`](crate::DescriptorSchema)'s
+    /// cached resolution is keyed by.
+    pub(crate) id: u64,
     /// Descriptor names the rules use; rules refer to them by index.
     pub(crate) names: Box<[Box<str>]>,
     pub(crate) rules: Box<[Rule]>,
@@ -307,6 +310,7 @@ impl RuleSet {
             )?);
         }
         Ok(RuleSet {
+            id: crate::schema::next_id(),
             names: names.into_boxed_slice(),
             rules: rules.into_boxed_slice(),
             dry_run: config.dry_run,
