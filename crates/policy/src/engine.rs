@@ -18,7 +18,7 @@ use smallvec::SmallVec;
 use tollgate_core::{CheckError, Decision, Nanos, Quota};
 
 use crate::policy::{Descriptors, PolicyDecision, PolicyError, RuleOutcome};
-use crate::rules::{KeyBuf, Rule, RuleSet, Values};
+use crate::rules::{KeyBuf, Rule, RuleSet};
 use crate::stats::Outcome;
 #[cfg(feature = "redis")]
 use crate::store::AsyncStore;
@@ -162,8 +162,9 @@ fn shown_quota(rule: &Rule, quota: Quota) -> Quota {
     }
 }
 
-/// Rule `i`'s key for this request, if the rule applies.
-#[inline]
+/// Rule `i`'s key for this request, if the rule applies. (`always`: once per rule and request; a
+/// call returned the whole `RuleKey` through memory.)
+#[inline(always)]
 fn rule_key<'a>(
     set: &RuleSet,
     i: usize,
@@ -239,7 +240,7 @@ pub(crate) fn decide<S: Store>(
 pub(crate) fn decide_values<S: Store>(
     set: &RuleSet,
     store: &S,
-    values: &Values<'_>,
+    values: &[Option<&str>],
     dry: bool,
     now: Nanos,
     cost: u64,
@@ -301,7 +302,7 @@ pub(crate) fn decide_all<S: Store>(
 fn pass<S: Store>(
     set: &RuleSet,
     store: &S,
-    values: &Values<'_>,
+    values: &[Option<&str>],
     dry: bool,
     now: Nanos,
     cost: u64,
@@ -336,7 +337,7 @@ fn pass<S: Store>(
 fn conclude<S: Store>(
     set: &RuleSet,
     store: &S,
-    values: &Values<'_>,
+    values: &[Option<&str>],
     tally: &Tally<S::Receipt>,
     now: Nanos,
     want_next: bool,
@@ -361,7 +362,7 @@ fn conclude<S: Store>(
 fn refund<S: Store>(
     set: &RuleSet,
     store: &S,
-    values: &Values<'_>,
+    values: &[Option<&str>],
     admitted: &[(usize, S::Receipt)],
     now: Nanos,
     cost: u64,
@@ -434,7 +435,7 @@ pub(crate) async fn decide_all_async<S: AsyncStore>(
 async fn pass_async<S: AsyncStore>(
     set: &RuleSet,
     store: &S,
-    values: &Values<'_>,
+    values: &[Option<&str>],
     dry: bool,
     now: Option<Nanos>,
     cost: u64,
@@ -474,7 +475,7 @@ async fn pass_async<S: AsyncStore>(
 async fn pass_batch<S: AsyncStore>(
     set: &RuleSet,
     store: &S,
-    values: &Values<'_>,
+    values: &[Option<&str>],
     dry: bool,
     now: Option<Nanos>,
     cost: u64,
@@ -549,7 +550,7 @@ fn rule_key_of<'a>(set: &RuleSet, i: usize, key: &'a [u8]) -> Option<RuleKey<'a>
 fn conclude_async<S: AsyncStore>(
     set: &RuleSet,
     store: &S,
-    values: &Values<'_>,
+    values: &[Option<&str>],
     tally: &Tally<S::Receipt>,
 ) -> Decided {
     let finished = tally.finish();
@@ -567,7 +568,7 @@ fn conclude_async<S: AsyncStore>(
 async fn refund_async<S: AsyncStore>(
     set: &RuleSet,
     store: &S,
-    values: &Values<'_>,
+    values: &[Option<&str>],
     admitted: &[(usize, S::Receipt)],
     now: Option<Nanos>,
     cost: u64,

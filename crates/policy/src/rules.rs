@@ -60,6 +60,9 @@ pub(crate) struct Rule {
     pub(crate) counters: Arc<Counters>,
     /// Priority classes and the headroom each must leave (`None`: every request alike).
     pub(crate) priority: Option<Priority>,
+    /// Whether `applies` is only "every matched descriptor present": each match is `any`, no
+    /// priority, subset matching (worked out at compile time).
+    pub(crate) any_match: bool,
 }
 
 /// Rule names live for the process: decisions hand out `&'static str` without a reference count.
@@ -109,7 +112,14 @@ impl Rule {
             AlgorithmKind::Gcra | AlgorithmKind::LeakyBucket => shown.burst(),
             _ => shown.limit(),
         };
+        let any_match = priority.is_none()
+            && descriptor_match == DescriptorMatch::Subset
+            && rc
+                .matches
+                .values()
+                .all(|spec| matches!(spec, MatchSpec::Any));
         Ok(Rule {
+            any_match,
             name: intern(&rc.name),
             matches: rc
                 .matches
@@ -133,6 +143,9 @@ impl Rule {
 
     #[inline]
     pub(crate) fn applies(&self, values: &[Option<&str>]) -> bool {
+        if self.any_match {
+            return self.matches.iter().all(|&(i, _)| values[i].is_some());
+        }
         self.matches
             .iter()
             .all(|(i, spec)| values[*i].is_some_and(|v| spec.matches(v)))

@@ -148,14 +148,26 @@ impl RuleSet {
     /// answers for the list of the present `(name, value)` pairs in schema order. Only the
     /// positions whose name a rule uses are asked for, except under `descriptor_match = "exact"`,
     /// where any present descriptor no rule names keeps a rule out.
-    #[inline]
     pub(crate) fn resolve_by<'a>(
         &self,
         schema: &DescriptorSchema,
         value: impl Fn(usize) -> Option<&'a str>,
     ) -> Values<'a> {
+        let mut values: Values<'a> = smallvec::SmallVec::from_elem(None, self.names.len() + 1);
+        self.resolve_into(schema, value, &mut values);
+        values
+    }
+
+    /// [`resolve_by`](Self::resolve_by) into `values`: one slot per name and the unknown slot,
+    /// all `None`.
+    #[inline]
+    pub(crate) fn resolve_into<'a>(
+        &self,
+        schema: &DescriptorSchema,
+        value: impl Fn(usize) -> Option<&'a str>,
+        values: &mut [Option<&'a str>],
+    ) {
         let unknown = self.names.len();
-        let mut values: Values<'a> = smallvec::SmallVec::from_elem(None, unknown + 1);
         match self.plan(schema) {
             Some(mut plan) => {
                 for i in 0..schema.names.len() {
@@ -189,7 +201,6 @@ impl RuleSet {
                 }
             }
         }
-        values
     }
 }
 
