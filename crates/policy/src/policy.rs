@@ -9,7 +9,7 @@ use tollgate_core::{CheckError, Clock, Decision, MonotonicClock, Nanos, Quota};
 
 use crate::config::{ConfigError, PolicyConfig};
 use crate::engine::{self, Decided};
-use crate::rules::{KeyBuf, RuleSet, Values};
+use crate::rules::{KeyBuf, RuleSet};
 use crate::schema::DescriptorSchema;
 use crate::stats::PolicySnapshot;
 use crate::store::MemoryStore;
@@ -318,19 +318,20 @@ impl<C: Clock + Clone + 'static> Policy<C> {
         cost: u64,
     ) -> Result<(PolicyDecision, Option<Duration>), PolicyError> {
         let live = self.live();
-        let values = live.rules.resolve_by(schema, value);
         // Relaxed: see `set_dry_run`.
         let dry = live.rules.dry_run || self.dry_run.load(Ordering::Relaxed);
-        engine::decide_values(
-            &live.rules,
-            &live.store,
-            &values,
-            dry,
-            now,
-            cost,
-            None,
-            true,
-        )
+        let decide = |values: &[Option<&str>]| {
+            engine::decide_values(&live.rules, &live.store, values, dry, now, cost, None, true)
+        };
+        // The values on the stack (one slot per name, and the unknown slot) for most rule sets.
+        let mut stack = [None; 8];
+        match stack.get_mut(..live.rules.names.len() + 1) {
+            Some(values) => {
+                live.rules.resolve_into(schema, value, values);
+                decide(values)
+            }
+            None => decide(&live.rules.resolve_by(schema, value)),
+        }
     }
 
     /// Decides several requests as one at `now`, each `(descriptors, cost)` as
@@ -523,7 +524,7 @@ impl<C: Clock + Clone + 'static> Policy<C> {
     fn peek_values(
         live: &Live,
         rule: &str,
-        values: &Values<'_>,
+        values: &[Option<&str>],
         now: Nanos,
         cost: u64,
     ) -> Option<Result<Decision, CheckError>> {

@@ -141,7 +141,7 @@ impl Rule {
         })
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn applies(&self, values: &[Option<&str>]) -> bool {
         if self.any_match {
             return self.matches.iter().all(|&(i, _)| values[i].is_some());
@@ -163,7 +163,7 @@ impl Rule {
 
     /// The key bytes: nothing for a global rule, the value for one descriptor, and length-prefixed
     /// values for several (so no two tuples share an encoding). `None`: a key descriptor is missing.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn key<'a>(
         &self,
         values: &[Option<&'a str>],
@@ -210,7 +210,7 @@ impl Rule {
     }
 
     /// The override quota for this key, if it has one.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn override_for(&self, key: &[u8]) -> Option<Quota> {
         if self.overrides.is_empty() {
             return None;
@@ -223,7 +223,7 @@ impl Rule {
 
     /// The quota this key is limited by, as a store must apply it: its override, or the effective
     /// quota (a delay's extra depth included).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn effective_for(&self, key: &[u8]) -> Quota {
         self.override_for(key).unwrap_or(self.quota)
     }

@@ -327,4 +327,51 @@ mod tests {
                 .is_allowed()
         );
     }
+
+    /// A rule set with more names than the stack holds decides as one with few.
+    #[test]
+    fn a_rule_set_of_many_names_decides_through_a_schema_as_through_pairs() {
+        let rules: String = (0..9)
+            .map(|i| {
+                format!(
+                    "[[rules]]\nname = \"r{i}\"\nmatch = {{ d{i} = \"any\" }}\nkey = [\"d{i}\"]\n\
+                     limit = {}\nperiod = \"1h\"\ncapacity = 10\n",
+                    20 - i
+                )
+            })
+            .collect();
+        let names: Vec<String> = (0..9).map(|i| format!("d{i}")).collect();
+        let schema = DescriptorSchema::new(&names);
+        let value = |i: usize| (i % 2 == 0).then_some("v");
+        let pairs: Vec<(&str, &str)> = (0..9)
+            .filter_map(|i| Some((names[i].as_str(), value(i)?)))
+            .collect();
+        let by_schema = Policy::with_clock(
+            PolicyConfig::from_toml(&rules).expect("config"),
+            ManualClock::new(),
+        )
+        .expect("policy");
+        let by_pairs = Policy::with_clock(
+            PolicyConfig::from_toml(&rules).expect("config"),
+            ManualClock::new(),
+        )
+        .expect("policy");
+        let now = by_schema.now();
+        for _ in 0..14 {
+            let a = by_schema
+                .check_next_by_at(&schema, value, now, 1)
+                .expect("check");
+            let b = by_pairs.check_next_at(&pairs, now, 1).expect("check");
+            assert_eq!(a, b);
+        }
+        assert_eq!(
+            by_schema
+                .check_next_by_at(&schema, value, now, 1)
+                .expect("check")
+                .0
+                .rule,
+            Some("r8"),
+            "the tightest of the rules whose descriptor is present"
+        );
+    }
 }
