@@ -6,11 +6,12 @@
 # of the `decide` bench's policy cells (1, 10 000 and 1 000 000 keys, 3 repetitions, warm-ups included).
 #
 #   BASE=/path/to/baseline/worktree results/engine/instructions.sh   # both binaries built already
-#   ITERS=20000 results/engine/instructions.sh
+#   ITERS=20000 BASE=... results/engine/instructions.sh
+#   BASE= results/engine/instructions.sh   # this checkout only (compare with a recorded base figure)
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-BASE=${BASE:?set BASE to a worktree of the baseline commit}
+BASE=${BASE?set BASE to a worktree of the baseline commit, or to nothing for this checkout only}
 ITERS=${ITERS:-20000}
 bin() { if [ -e "$1/crates/lab/src/bin/pingora-bench.rs" ]; then echo "$1/target/release/pingora-bench"; else echo "$1/target/release/examples/bench"; fi; }
 count() {
@@ -41,6 +42,8 @@ count() {
   rm -f "$out"
   echo "$symbol $total instructions / $calls decisions = $((total / calls)) per decision"
 }
-echo "base ($(git -C "$BASE" rev-parse --short HEAD)): $(count "$(bin "$BASE")")"
+if [ -n "$BASE" ]; then
+  echo "base ($(git -C "$BASE" rev-parse --short HEAD)): $(count "$(bin "$BASE")")"
+fi
 echo "new ($(git -C "$ROOT" rev-parse --short HEAD)$(git -C "$ROOT" diff --quiet || echo '+dirty')): $(count "$(bin "$ROOT")")"
 echo "new, decide + RateLimit header value written: $(count "$(bin "$ROOT")" headers)"

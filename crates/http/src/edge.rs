@@ -44,6 +44,7 @@
 //! trip (Redis in tollgate-server) passes no look-up and gets the conservative values, `r=0` and
 //! `t` = `Retry-After`: never a promise the quota does not keep.
 
+use std::cell::OnceCell;
 use std::fmt::{self, Write as _};
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -52,7 +53,7 @@ use std::time::Duration;
 use http::header::HeaderName;
 use http::{HeaderMap, StatusCode};
 use tollgate_core::{Clock, Decision, MonotonicClock};
-use tollgate_policy::{Policy, PolicyDecision, PolicyError};
+use tollgate_policy::{DescriptorSchema, Policy, PolicyDecision, PolicyError};
 
 use crate::explain::ExplainHeader;
 use crate::headers::{self, ExplainField};
@@ -130,6 +131,20 @@ pub struct DescriptorNames {
     route: Option<Box<str>>,
     method: Option<Box<str>>,
     headers: Vec<(HeaderName, Box<str>)>,
+    /// The names above that are set, in descriptor order, for [`Policy::check_next_by_at`];
+    /// `sources[i]` is where name `i`'s value comes from. Rebuilt by every setter.
+    schema: DescriptorSchema,
+    sources: Vec<Source>,
+}
+
+/// Where a [`DescriptorNames`] schema position's value comes from.
+#[derive(Clone, Copy, Debug)]
+enum Source {
+    Client,
+    Route,
+    Method,
+    /// `headers[i]`.
+    Header(usize),
 }
 
 impl Default for DescriptorNames {
@@ -139,7 +154,10 @@ impl Default for DescriptorNames {
             route: Some("route".into()),
             method: Some("method".into()),
             headers: Vec::new(),
+            schema: DescriptorSchema::default(),
+            sources: Vec::new(),
         }
+        .with_schema()
     }
 }
 
@@ -148,18 +166,41 @@ impl DescriptorNames {
     /// out).
     pub fn client(mut self, name: Option<&str>) -> Self {
         self.client = name.map(Into::into);
-        self
+        self.with_schema()
     }
 
     /// The descriptor name for the path (`route` by default; `None` leaves it out).
     pub fn route(mut self, name: Option<&str>) -> Self {
         self.route = name.map(Into::into);
-        self
+        self.with_schema()
     }
 
     /// The descriptor name for the method (`method` by default; `None` leaves it out).
     pub fn method(mut self, name: Option<&str>) -> Self {
         self.method = name.map(Into::into);
+        self.with_schema()
+    }
+
+    /// Sets `schema` and `sources` from the names, in the order `with_descriptors` lists them.
+    fn with_schema(mut self) -> Self {
+        let fixed = [
+            (self.client.as_deref(), Source::Client),
+            (self.route.as_deref(), Source::Route),
+            (self.method.as_deref(), Source::Method),
+        ];
+        let named: Vec<(&str, Source)> = fixed
+            .into_iter()
+            .filter_map(|(name, source)| Some((name?, source)))
+            .chain(
+                self.headers
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (_, name))| (&**name, Source::Header(i))),
+            )
+            .collect();
+        let schema = DescriptorSchema::new(named.iter().map(|(name, _)| *name));
+        self.sources = named.into_iter().map(|(_, source)| source).collect();
+        self.schema = schema;
         self
     }
 
@@ -177,7 +218,28 @@ impl DescriptorNames {
         }
         let header = HeaderName::try_from(header).map_err(|_| err())?;
         self.headers.push((header, name.into()));
-        Ok(self)
+        Ok(self.with_schema())
+    }
+
+    /// The value of schema position `i` for `facts`, as `with_descriptors` lists it; the client
+    /// address's text is worked out once, into `client`, and only when asked for.
+    #[inline]
+    fn value<'a>(
+        &self,
+        i: usize,
+        client_ip: Option<&ClientIp>,
+        facts: &RequestFacts<'a>,
+        client: &'a OnceCell<Option<AddrText>>,
+    ) -> Option<&'a str> {
+        match *self.sources.get(i)? {
+            Source::Client => client
+                .get_or_init(|| client_text(client_ip, facts))
+                .as_ref()
+                .map(AddrText::as_str),
+            Source::Route => Some(facts.path),
+            Source::Method => Some(facts.method),
+            Source::Header(h) => header_text(facts.headers, &self.headers.get(h)?.0),
+        }
     }
 }
 
@@ -239,6 +301,15 @@ impl AddrText {
         // Only whole `&str`s were copied in.
         std::str::from_utf8(&self.buf[..self.len]).unwrap_or_default()
     }
+}
+
+/// The client address's text (through `client_ip`'s trusted proxies), if it can be found.
+#[inline]
+fn client_text(client_ip: Option<&ClientIp>, facts: &RequestFacts<'_>) -> Option<AddrText> {
+    client_ip?
+        .client_addr(facts.peer?, facts.headers)
+        .ok()
+        .and_then(AddrText::of)
 }
 
 /// A header's first value as text, if present, non-empty and visible ASCII.
@@ -465,16 +536,26 @@ impl<C: Clock + Clone + 'static> PolicyEdge<C> {
         with_descriptors(&self.names, self.client_ip.as_ref(), facts, f)
     }
 
-    /// Decides `facts` for `cost` units; for a request the
+    /// Decides `facts` for `cost` units: as [`EdgeVerdict::decide`] of the descriptors
+    /// [`with_descriptors`](Self::with_descriptors) lists, building only those the policy's rules
+    /// use ([`Policy::check_next_by_at`]); for a request the
     /// [`explain_header`](Self::explain_header) predicate trusts, with the decision's trace in
     /// [`EdgeVerdict::explain`].
     pub fn decide(&self, facts: &RequestFacts<'_>, cost: u64) -> EdgeVerdict {
         if let Some(explain) = self.explain_for(facts) {
             return self.decide_explained(facts, cost, explain);
         }
-        self.with_descriptors(facts, |descriptors| {
-            let now = self.policy.now();
-            EdgeVerdict::decide(&self.policy, descriptors, now, cost, &self.fields)
+        let client = OnceCell::new();
+        let client_ip = self.client_ip.as_ref();
+        let value = |i: usize| self.names.value(i, client_ip, facts, &client);
+        let schema = &self.names.schema;
+        let now = self.policy.now();
+        let checked = self.policy.check_next_by_at(schema, value, now, cost);
+        let rule = checked.as_ref().ok().and_then(|(d, _)| d.rule);
+        EdgeVerdict::of_check(checked, cost, &self.fields, |units| {
+            self.policy
+                .peek_rule_by_at(rule?, schema, value, now, units)?
+                .ok()
         })
     }
 
@@ -514,12 +595,9 @@ pub(crate) fn with_descriptors<R>(
     f: impl FnOnce(&[(&str, &str)]) -> R,
 ) -> R {
     {
-        let client = match (client_ip, &names.client, facts.peer) {
-            (Some(client), Some(_), Some(peer)) => client
-                .client_addr(peer, facts.headers)
-                .ok()
-                .and_then(AddrText::of),
-            _ => None,
+        let client = match names.client {
+            Some(_) => client_text(client_ip, facts),
+            None => None,
         };
         let fixed = [
             (

@@ -18,7 +18,7 @@ use smallvec::SmallVec;
 use tollgate_core::{CheckError, Decision, Nanos, Quota};
 
 use crate::policy::{Descriptors, PolicyDecision, PolicyError, RuleOutcome};
-use crate::rules::{KeyBuf, Rule, RuleSet, Values};
+use crate::rules::{KeyBuf, Rule, RuleSet};
 use crate::stats::Outcome;
 #[cfg(feature = "redis")]
 use crate::store::AsyncStore;
@@ -162,8 +162,9 @@ fn shown_quota(rule: &Rule, quota: Quota) -> Quota {
     }
 }
 
-/// Rule `i`'s key for this request, if the rule applies.
-#[inline]
+/// Rule `i`'s key for this request, if the rule applies. (`always`: once per rule and request; a
+/// call returned the whole `RuleKey` through memory.)
+#[inline(always)]
 fn rule_key<'a>(
     set: &RuleSet,
     i: usize,
@@ -230,14 +231,31 @@ pub(crate) fn decide<S: Store>(
     want_next: bool,
 ) -> Result<Decided, PolicyError> {
     let values = set.resolve(descriptors);
+    decide_values(set, store, &values, dry, now, cost, outcomes, want_next)
+}
+
+/// [`decide`] for a request whose descriptors are resolved already (`RuleSet::resolve`,
+/// `RuleSet::resolve_by`).
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub(crate) fn decide_values<S: Store>(
+    set: &RuleSet,
+    store: &S,
+    values: &[Option<&str>],
+    dry: bool,
+    now: Nanos,
+    cost: u64,
+    outcomes: Option<&mut Vec<RuleOutcome>>,
+    want_next: bool,
+) -> Result<Decided, PolicyError> {
     let mut tally = Tally::new();
-    let error = pass(set, store, &values, dry, now, cost, outcomes, &mut tally);
+    let error = pass(set, store, values, dry, now, cost, outcomes, &mut tally);
     if error.is_some() || tally.denying() {
-        refund(set, store, &values, &tally.admitted, now, cost);
+        refund(set, store, values, &tally.admitted, now, cost);
     }
     match error {
         Some(error) => Err(error),
-        None => Ok(conclude(set, store, &values, &tally, now, want_next)),
+        None => Ok(conclude(set, store, values, &tally, now, want_next)),
     }
 }
 
@@ -285,7 +303,7 @@ pub(crate) fn decide_all<S: Store>(
 fn pass<S: Store>(
     set: &RuleSet,
     store: &S,
-    values: &Values<'_>,
+    values: &[Option<&str>],
     dry: bool,
     now: Nanos,
     cost: u64,
@@ -320,7 +338,7 @@ fn pass<S: Store>(
 fn conclude<S: Store>(
     set: &RuleSet,
     store: &S,
-    values: &Values<'_>,
+    values: &[Option<&str>],
     tally: &Tally<S::Receipt>,
     now: Nanos,
     want_next: bool,
@@ -345,7 +363,7 @@ fn conclude<S: Store>(
 fn refund<S: Store>(
     set: &RuleSet,
     store: &S,
-    values: &Values<'_>,
+    values: &[Option<&str>],
     admitted: &[(usize, S::Receipt)],
     now: Nanos,
     cost: u64,
@@ -418,7 +436,7 @@ pub(crate) async fn decide_all_async<S: AsyncStore>(
 async fn pass_async<S: AsyncStore>(
     set: &RuleSet,
     store: &S,
-    values: &Values<'_>,
+    values: &[Option<&str>],
     dry: bool,
     now: Option<Nanos>,
     cost: u64,
@@ -458,7 +476,7 @@ async fn pass_async<S: AsyncStore>(
 async fn pass_batch<S: AsyncStore>(
     set: &RuleSet,
     store: &S,
-    values: &Values<'_>,
+    values: &[Option<&str>],
     dry: bool,
     now: Option<Nanos>,
     cost: u64,
@@ -539,7 +557,7 @@ fn rule_key_of<'a>(
 fn conclude_async<S: AsyncStore>(
     set: &RuleSet,
     store: &S,
-    values: &Values<'_>,
+    values: &[Option<&str>],
     tally: &Tally<S::Receipt>,
 ) -> Decided {
     let finished = tally.finish();
@@ -557,7 +575,7 @@ fn conclude_async<S: AsyncStore>(
 async fn refund_async<S: AsyncStore>(
     set: &RuleSet,
     store: &S,
-    values: &Values<'_>,
+    values: &[Option<&str>],
     admitted: &[(usize, S::Receipt)],
     now: Option<Nanos>,
     cost: u64,

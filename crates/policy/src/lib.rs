@@ -72,6 +72,7 @@ mod redis_settle;
 mod redis_store;
 mod reload;
 mod rules;
+mod schema;
 mod settle;
 mod stats;
 mod store;
@@ -91,5 +92,6 @@ pub use redis_settle::{RedisReservation, RedisReserved, Unsettled};
 #[cfg(feature = "redis")]
 pub use redis_store::{RedisPolicy, RedisSettings};
 pub use reload::{PreparedReload, ReloadReport};
+pub use schema::DescriptorSchema;
 pub use settle::{Reservation, Reserved, Settlement};
 pub use stats::{PolicySnapshot, RuleStats};

@@ -10,6 +10,7 @@ use tollgate_core::{CheckError, Clock, Decision, MonotonicClock, Nanos, Quota};
 use crate::config::{ConfigError, PolicyConfig};
 use crate::engine::{self, Decided};
 use crate::rules::{KeyBuf, RuleSet};
+use crate::schema::DescriptorSchema;
 use crate::stats::PolicySnapshot;
 use crate::store::MemoryStore;
 use crate::sync::{AtomicBool, Ordering};
@@ -300,6 +301,39 @@ impl<C: Clock + Clone + 'static> Policy<C> {
         self.decide(&live, descriptors, now, cost, None, true)
     }
 
+    /// [`check_next_at`](Self::check_next_at) for a request described by `schema`: `value(i)` is
+    /// the value of the schema's name `i` (`None`: absent), asked only for the names the rule set
+    /// in force uses (every present one under `descriptor_match = "exact"`). Decides as
+    /// `check_next_at` of the present `(name, value)` pairs in schema order, without building
+    /// the values no rule reads.
+    ///
+    /// # Errors
+    /// As [`check`](Self::check).
+    #[inline]
+    pub fn check_next_by_at<'a>(
+        &self,
+        schema: &DescriptorSchema,
+        value: impl Fn(usize) -> Option<&'a str>,
+        now: Nanos,
+        cost: u64,
+    ) -> Result<(PolicyDecision, Option<Duration>), PolicyError> {
+        let live = self.live();
+        // Relaxed: see `set_dry_run`.
+        let dry = live.rules.dry_run || self.dry_run.load(Ordering::Relaxed);
+        let decide = |values: &[Option<&str>]| {
+            engine::decide_values(&live.rules, &live.store, values, dry, now, cost, None, true)
+        };
+        // The values on the stack (one slot per name, and the unknown slot) for most rule sets.
+        let mut stack = [None; 8];
+        match stack.get_mut(..live.rules.names.len() + 1) {
+            Some(values) => {
+                live.rules.resolve_into(schema, value, values);
+                decide(values)
+            }
+            None => decide(&live.rules.resolve_by(schema, value)),
+        }
+    }
+
     /// Decides several requests as one at `now`, each `(descriptors, cost)` as
     /// [`check_next_at`](Self::check_next_at) would, in order: when any is denied or cannot be
     /// decided, every admission of every one of them is given back, so a refused group consumes
@@ -468,15 +502,40 @@ impl<C: Clock + Clone + 'static> Policy<C> {
         cost: u64,
     ) -> Option<Result<Decision, CheckError>> {
         let live = self.live();
+        let values = live.rules.resolve(descriptors);
+        Self::peek_values(&live, rule, &values, now, cost)
+    }
+
+    /// [`peek_rule_at`](Self::peek_rule_at) for a request described by `schema`, as
+    /// [`check_next_by_at`](Self::check_next_by_at) takes it.
+    pub fn peek_rule_by_at<'a>(
+        &self,
+        rule: &str,
+        schema: &DescriptorSchema,
+        value: impl Fn(usize) -> Option<&'a str>,
+        now: Nanos,
+        cost: u64,
+    ) -> Option<Result<Decision, CheckError>> {
+        let live = self.live();
+        let values = live.rules.resolve_by(schema, value);
+        Self::peek_values(&live, rule, &values, now, cost)
+    }
+
+    fn peek_values(
+        live: &Live,
+        rule: &str,
+        values: &[Option<&str>],
+        now: Nanos,
+        cost: u64,
+    ) -> Option<Result<Decision, CheckError>> {
         let set = &live.rules;
-        let values = set.resolve(descriptors);
         let i = set.rules.iter().position(|r| r.name == rule)?;
         let rule = &set.rules[i];
-        if !rule.applies(&values) {
+        if !rule.applies(values) {
             return None;
         }
         let mut buf = KeyBuf::new();
-        let key = rule.key(&values, &mut buf)?;
+        let key = rule.key(values, &mut buf)?;
         Some(
             live.store.limiters[i]
                 .peek(key, now, cost)

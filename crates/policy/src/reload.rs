@@ -373,6 +373,7 @@ impl Live {
         Ok((
             Live {
                 rules: RuleSet {
+                    id: crate::schema::next_id(),
                     names: names.into_boxed_slice(),
                     // In process every key is in this process: no hash tag.
                     tag: None,

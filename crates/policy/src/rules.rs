@@ -26,6 +26,9 @@ pub(crate) type KeyBuf = SmallVec<[u8; 128]>;
 
 /// The rules decisions read: built once per load or reload, never changed afterwards.
 pub(crate) struct RuleSet {
+    /// Unique for the process (never reused): what a [`DescriptorSchema`](crate::DescriptorSchema)'s
+    /// cached resolution is keyed by.
+    pub(crate) id: u64,
     /// Descriptor names the rules use; rules refer to them by index.
     pub(crate) names: Box<[Box<str>]>,
     /// The hash tag descriptor's index in `names` (a Redis policy's `hash_tag`), if any rule uses
@@ -60,6 +63,9 @@ pub(crate) struct Rule {
     pub(crate) counters: Arc<Counters>,
     /// Priority classes and the headroom each must leave (`None`: every request alike).
     pub(crate) priority: Option<Priority>,
+    /// Whether `applies` is only "every matched descriptor present": each match is `any`, no
+    /// priority, subset matching (worked out at compile time).
+    pub(crate) any_match: bool,
 }
 
 /// Rule names live for the process: decisions hand out `&'static str` without a reference count.
@@ -109,7 +115,14 @@ impl Rule {
             AlgorithmKind::Gcra | AlgorithmKind::LeakyBucket => shown.burst(),
             _ => shown.limit(),
         };
+        let any_match = priority.is_none()
+            && descriptor_match == DescriptorMatch::Subset
+            && rc
+                .matches
+                .values()
+                .all(|spec| matches!(spec, MatchSpec::Any));
         Ok(Rule {
+            any_match,
             name: intern(&rc.name),
             matches: rc
                 .matches
@@ -131,8 +144,11 @@ impl Rule {
         })
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn applies(&self, values: &[Option<&str>]) -> bool {
+        if self.any_match {
+            return self.matches.iter().all(|&(i, _)| values[i].is_some());
+        }
         self.matches
             .iter()
             .all(|(i, spec)| values[*i].is_some_and(|v| spec.matches(v)))
@@ -150,7 +166,7 @@ impl Rule {
 
     /// The key bytes: nothing for a global rule, the value for one descriptor, and length-prefixed
     /// values for several (so no two tuples share an encoding). `None`: a key descriptor is missing.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn key<'a>(
         &self,
         values: &[Option<&'a str>],
@@ -197,7 +213,7 @@ impl Rule {
     }
 
     /// The override quota for this key, if it has one.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn override_for(&self, key: &[u8]) -> Option<Quota> {
         if self.overrides.is_empty() {
             return None;
@@ -210,7 +226,7 @@ impl Rule {
 
     /// The quota this key is limited by, as a store must apply it: its override, or the effective
     /// quota (a delay's extra depth included).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn effective_for(&self, key: &[u8]) -> Quota {
         self.override_for(key).unwrap_or(self.quota)
     }
@@ -310,6 +326,7 @@ impl RuleSet {
             )?);
         }
         Ok(RuleSet {
+            id: crate::schema::next_id(),
             names: names.into_boxed_slice(),
             tag: None,
             rules: rules.into_boxed_slice(),

@@ -131,9 +131,14 @@ impl Store for MemoryStore {
         now: Nanos,
         cost: u64,
     ) -> Result<Option<(Decision, Receipt)>, CheckError> {
-        self.limiters[at.index]
-            .check_reserving(at.key, now, cost, at.reserve)
-            .map(Some)
+        let limiter = &self.limiters[at.index];
+        // Most rules keep no headroom: their plain check skips the reserving path's test.
+        if at.reserve == 0 {
+            limiter.check(at.key, now, cost)
+        } else {
+            limiter.check_reserving(at.key, now, cost, at.reserve)
+        }
+        .map(Some)
     }
 
     #[inline]
