@@ -65,9 +65,6 @@ use tollgate_http::{
 };
 use tollgate_policy::{Admission, Policy};
 
-/// What one request's decision says, independent of Pingora: the shared edge's verdict.
-pub type Verdict = EdgeVerdict;
-
 const COST_BODY: &[u8] = br#"{"error":"request cost exceeds quota capacity"}"#;
 
 /// Per-request state for the response filter: keep one in the proxy's `CTX`.
@@ -83,7 +80,7 @@ pub struct LimitCtx {
 
 impl LimitCtx {
     /// Keeps what the response filter adds for an admitted request (`request_filter` calls it).
-    pub fn admitted(&mut self, verdict: Verdict) {
+    pub fn admitted(&mut self, verdict: EdgeVerdict) {
         self.fields = verdict.fields;
         self.explain = verdict.explain;
     }
@@ -113,7 +110,7 @@ impl PingoraLimiter {
     ///
     /// # Errors
     /// Pingora's, when a header cannot be added (not expected: every value is valid).
-    pub fn denial_response(verdict: &Verdict) -> pingora_core::Result<(ResponseHeader, Bytes)> {
+    pub fn denial_response(verdict: &EdgeVerdict) -> pingora_core::Result<(ResponseHeader, Bytes)> {
         let body = match verdict.retry_after {
             Some(secs) if verdict.status == StatusCode::TOO_MANY_REQUESTS => denial_json(secs),
             Some(secs) if verdict.status == StatusCode::SERVICE_UNAVAILABLE => busy_json(secs),
@@ -212,7 +209,7 @@ impl<C: Clock + Clone + 'static> PingoraLimiter<C> {
         method: &str,
         path: &str,
         headers: &HeaderMap,
-    ) -> Verdict {
+    ) -> EdgeVerdict {
         let facts = RequestFacts {
             peer,
             method,
@@ -224,7 +221,7 @@ impl<C: Clock + Clone + 'static> PingoraLimiter<C> {
     }
 
     /// Decides `facts` for `cost` units.
-    pub fn decide_cost(&self, facts: &RequestFacts<'_>, cost: u64) -> Verdict {
+    pub fn decide_cost(&self, facts: &RequestFacts<'_>, cost: u64) -> EdgeVerdict {
         self.edge.decide(facts, cost)
     }
 
@@ -295,7 +292,7 @@ impl<C: Clock + Clone + 'static> PingoraLimiter<C> {
 /// What `request_filter` does with a verdict, whatever decided it: hold an admitted request for
 /// its delay and keep its fields for the response, or answer the denial here.
 async fn answer(
-    verdict: Verdict,
+    verdict: EdgeVerdict,
     session: &mut Session,
     ctx: &mut LimitCtx,
 ) -> pingora_core::Result<bool> {

@@ -11,7 +11,8 @@ use pingora_proxy::Session;
 use tollgate_http::{ClientIp, DescriptorSourceError, RedisPolicyEdge, RequestFacts};
 use tollgate_policy::RedisPolicy;
 
-use crate::{LimitCtx, PingoraLimiter, Verdict, answer, peer_of};
+use crate::{LimitCtx, PingoraLimiter, answer, peer_of};
+use tollgate_http::EdgeVerdict;
 
 /// A [`RedisPolicy`] as seen from Pingora's filters: [`PingoraLimiter`]'s API, decided on Redis
 /// (one script call per request in per request mode). A denial of more than one unit gets the
@@ -50,7 +51,7 @@ impl PingoraRedisLimiter {
         method: &str,
         path: &str,
         headers: &HeaderMap,
-    ) -> Verdict {
+    ) -> EdgeVerdict {
         let facts = RequestFacts {
             peer,
             method,

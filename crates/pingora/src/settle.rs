@@ -42,7 +42,8 @@ use tollgate_http::{
 };
 use tollgate_policy::{Policy, Reservation};
 
-use crate::{PingoraLimiter, Verdict, peer_of};
+use crate::{PingoraLimiter, peer_of};
+use tollgate_http::EdgeVerdict;
 
 /// Per-request settle state: keep one in the proxy's `CTX`.
 #[derive(Default)]
@@ -200,7 +201,7 @@ impl<C: Clock + Clone + 'static> PingoraSettle<C> {
         method: &str,
         path: &str,
         headers: &HeaderMap,
-    ) -> (Verdict, Option<Reservation>) {
+    ) -> (EdgeVerdict, Option<Reservation>) {
         let facts = RequestFacts {
             peer,
             method,

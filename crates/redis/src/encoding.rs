@@ -17,19 +17,19 @@ use crate::scripts::{
 
 /// The Redis type of a limiter's key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Storage {
+pub enum KeyType {
     /// A plain string (one value).
     String,
     /// A hash with exactly these fields, in this order.
     Hash(&'static [&'static str]),
 }
 
-impl Storage {
-    /// How many values a state has in this storage.
+impl KeyType {
+    /// How many values a state has of this key type.
     pub fn len(self) -> usize {
         match self {
-            Storage::String => 1,
-            Storage::Hash(fields) => fields.len(),
+            KeyType::String => 1,
+            KeyType::Hash(fields) => fields.len(),
         }
     }
 
@@ -69,7 +69,7 @@ impl Storage {
 /// durations in [`ScriptParams::unit`], `-1` for never.
 pub trait RedisEncoding: Algorithm {
     /// The Redis type of the key.
-    const STORAGE: Storage;
+    const KEY_TYPE: KeyType;
 
     /// The decision script (sent by SHA, loaded on `NOSCRIPT`).
     fn script() -> &'static Script;
@@ -133,7 +133,7 @@ pub trait RedisEncoding: Algorithm {
     /// [`redis_quota`](Self::redis_quota) instead).
     fn script_params(&self) -> Result<ScriptParams, QuotaError>;
 
-    /// The stored values (one per [`STORAGE`](Self::STORAGE) field) for state word `word`.
+    /// The stored values (one per [`KEY_TYPE`](Self::KEY_TYPE) field) for state word `word`.
     fn encode(&self, word: u64) -> Vec<String>;
 
     /// The state word for stored values, as read from the key (`None`: absent; all absent: the fresh
@@ -273,7 +273,7 @@ fn untag(raw: &str, params: Result<ScriptParams, QuotaError>) -> Result<&str, St
 /// is a whole µs: decisions, `retry_after` and `reset_after` are the core's at that instant, to the
 /// nanosecond. A TAT past 2^53 µs (year 2255) is refused (denied, never).
 impl RedisEncoding for Gcra {
-    const STORAGE: Storage = Storage::String;
+    const KEY_TYPE: KeyType = KeyType::String;
 
     fn script() -> &'static Script {
         &GCRA
@@ -315,7 +315,7 @@ impl RedisEncoding for Gcra {
 /// The leaky bucket meter is GCRA with `empty_at` as the TAT (see [`LeakyBucket`]): the same script,
 /// key format and exactness as [`Gcra`]'s encoding.
 impl RedisEncoding for LeakyBucket {
-    const STORAGE: Storage = Storage::String;
+    const KEY_TYPE: KeyType = KeyType::String;
 
     fn script() -> &'static Script {
         &GCRA
@@ -447,7 +447,7 @@ fn counts<const N: usize>(
 /// from seconds, minutes or hours are unchanged). For such periods decisions equal the core's
 /// exactly, to the nanosecond.
 impl RedisEncoding for FixedWindow {
-    const STORAGE: Storage = Storage::Hash(&["i", "c", "q"]);
+    const KEY_TYPE: KeyType = KeyType::Hash(&["i", "c", "q"]);
 
     fn script() -> &'static Script {
         &FIXED_WINDOW
@@ -506,7 +506,7 @@ impl RedisEncoding for FixedWindow {
 /// the µs clock forces: a denial's `retry_after` is the core's rounded up to whole µs (the first
 /// instant a µs clock can see at which the request fits), when `limit` is at most the window in µs.
 impl RedisEncoding for SlidingWindow {
-    const STORAGE: Storage = Storage::Hash(&["i", "p", "c", "q"]);
+    const KEY_TYPE: KeyType = KeyType::Hash(&["i", "p", "c", "q"]);
 
     fn script() -> &'static Script {
         &SLIDING_WINDOW

@@ -151,7 +151,7 @@ pub use breaker::{BreakerConfig, BreakerState, BreakerStats};
 pub use config::{FaultPolicy, RedisConfig, TimeSource};
 pub use connection::{Connection, LazyCluster};
 pub use durable::Durability;
-pub use encoding::{RedisEncoding, Storage};
+pub use encoding::{KeyType, RedisEncoding};
 pub use error::Error;
 pub use faults::FaultCounts;
 pub use inflight::{RedisInFlight, RedisPermit};

@@ -17,8 +17,8 @@ use tollgate_core::{
     Transition,
 };
 use tollgate_redis::{
-    BatchKey, BatchLimit, BreakerConfig, BreakerState, Error, RedisBatch, RedisConfig,
-    RedisEncoding, RedisLimiter, Storage, admitted, connect,
+    BatchKey, BatchLimit, BreakerConfig, BreakerState, Error, KeyType, RedisBatch, RedisConfig,
+    RedisEncoding, RedisLimiter, admitted, connect,
 };
 
 /// Around 2023 in µs since the Unix epoch, so the scripts see realistic magnitudes.
@@ -114,12 +114,12 @@ impl Model {
         t
     }
 
-    fn storage(&self) -> Storage {
+    fn key_type(&self) -> KeyType {
         match self {
-            Model::Gcra(_) => Gcra::STORAGE,
-            Model::Leaky(_) => LeakyBucket::STORAGE,
-            Model::Fixed(_) => FixedWindow::STORAGE,
-            Model::Sliding(_) => SlidingWindow::STORAGE,
+            Model::Gcra(_) => Gcra::KEY_TYPE,
+            Model::Leaky(_) => LeakyBucket::KEY_TYPE,
+            Model::Fixed(_) => FixedWindow::KEY_TYPE,
+            Model::Sliding(_) => SlidingWindow::KEY_TYPE,
         }
     }
 
@@ -141,9 +141,9 @@ fn seed(p: &mut redis::Pipeline, model: &Model, key: &str, word: u64) {
     p.del(key).ignore();
     if word != 0 {
         let values = model.encode(word);
-        match model.storage() {
-            Storage::String => p.set(key, &values[0]).ignore(),
-            Storage::Hash(fields) => {
+        match model.key_type() {
+            KeyType::String => p.set(key, &values[0]).ignore(),
+            KeyType::Hash(fields) => {
                 let pairs: Vec<(&str, &String)> = fields.iter().copied().zip(&values).collect();
                 p.hset_multiple(key, &pairs).ignore()
             }
@@ -153,12 +153,12 @@ fn seed(p: &mut redis::Pipeline, model: &Model, key: &str, word: u64) {
 
 /// The stored values of `key` as `model` stores them (`None`: absent).
 async fn stored(conn: &mut MultiplexedConnection, model: &Model, key: &str) -> Vec<Option<String>> {
-    match model.storage() {
-        Storage::String => {
+    match model.key_type() {
+        KeyType::String => {
             let v: Option<String> = redis::cmd("GET").arg(key).query_async(conn).await.unwrap();
             vec![v]
         }
-        Storage::Hash(fields) => redis::cmd("HMGET")
+        KeyType::Hash(fields) => redis::cmd("HMGET")
             .arg(key)
             .arg(fields)
             .query_async(conn)

@@ -13,8 +13,8 @@ use redis::aio::MultiplexedConnection;
 use tollgate_core::algorithm::Algorithm;
 use tollgate_core::{Decision, FixedWindow, Gcra, LeakyBucket, Nanos, Quota, SlidingWindow};
 use tollgate_redis::{
-    BatchKey, BatchLimit, LeaseConfig, LeasedLimiter, RedisBatch, RedisConfig, RedisEncoding,
-    RedisLimiter, Storage, connect,
+    BatchKey, BatchLimit, KeyType, LeaseConfig, LeasedLimiter, RedisBatch, RedisConfig,
+    RedisEncoding, RedisLimiter, connect,
 };
 
 /// Around 2023 in µs since the Unix epoch, so the scripts see realistic magnitudes.
@@ -46,9 +46,9 @@ async fn seed<A: RedisEncoding>(conn: &mut MultiplexedConnection, model: &A, key
         return;
     }
     let values = model.encode(word);
-    match A::STORAGE {
-        Storage::String => conn.set::<_, _, ()>(key, &values[0]).await.unwrap(),
-        Storage::Hash(fields) => {
+    match A::KEY_TYPE {
+        KeyType::String => conn.set::<_, _, ()>(key, &values[0]).await.unwrap(),
+        KeyType::Hash(fields) => {
             let pairs: Vec<(&str, &String)> = fields.iter().copied().zip(&values).collect();
             conn.hset_multiple::<_, _, _, ()>(key, &pairs)
                 .await
@@ -59,9 +59,9 @@ async fn seed<A: RedisEncoding>(conn: &mut MultiplexedConnection, model: &A, key
 
 /// The key's state as `model` reads it (it must carry `model`'s tag, or none).
 async fn stored<A: RedisEncoding>(conn: &mut MultiplexedConnection, model: &A, key: &str) -> u64 {
-    let values: Vec<Option<String>> = match A::STORAGE {
-        Storage::String => vec![conn.get(key).await.unwrap()],
-        Storage::Hash(fields) => {
+    let values: Vec<Option<String>> = match A::KEY_TYPE {
+        KeyType::String => vec![conn.get(key).await.unwrap()],
+        KeyType::Hash(fields) => {
             let mut cmd = redis::cmd("HMGET");
             cmd.arg(key);
             for f in fields {

@@ -15,8 +15,8 @@ use redis::aio::MultiplexedConnection;
 use tollgate_core::algorithm::Algorithm;
 use tollgate_core::{FixedWindow, Gcra, LeakyBucket, Nanos, Quota, SlidingWindow};
 use tollgate_redis::{
-    BatchKey, BatchLimit, Error, RedisBatch, RedisConfig, RedisEncoding, RedisLimiter, SettleKey,
-    SettleOp, Storage, connect,
+    BatchKey, BatchLimit, Error, KeyType, RedisBatch, RedisConfig, RedisEncoding, RedisLimiter,
+    SettleKey, SettleOp, connect,
 };
 
 /// Around 2023 in µs since the Unix epoch, so the scripts see realistic magnitudes.
@@ -50,9 +50,9 @@ async fn seed<A: RedisEncoding>(conn: &mut MultiplexedConnection, model: &A, key
         return;
     }
     let values = model.encode(word);
-    match A::STORAGE {
-        Storage::String => conn.set::<_, _, ()>(key, &values[0]).await.unwrap(),
-        Storage::Hash(fields) => {
+    match A::KEY_TYPE {
+        KeyType::String => conn.set::<_, _, ()>(key, &values[0]).await.unwrap(),
+        KeyType::Hash(fields) => {
             let pairs: Vec<(&str, &String)> = fields.iter().copied().zip(&values).collect();
             conn.hset_multiple::<_, _, _, ()>(key, &pairs)
                 .await
@@ -67,9 +67,9 @@ async fn stored<A: RedisEncoding>(
     model: &A,
     key: &str,
 ) -> (Option<u64>, i64) {
-    let values: Vec<Option<String>> = match A::STORAGE {
-        Storage::String => vec![conn.get(key).await.unwrap()],
-        Storage::Hash(fields) => {
+    let values: Vec<Option<String>> = match A::KEY_TYPE {
+        KeyType::String => vec![conn.get(key).await.unwrap()],
+        KeyType::Hash(fields) => {
             let mut cmd = redis::cmd("HMGET");
             cmd.arg(key);
             for f in fields {
@@ -292,7 +292,7 @@ async fn rounds<A: Capped>(seed: u64, name: &str, quota: fn(&mut StdRng) -> Quot
         "{name}: {tally:?}"
     );
     // Only a bucket's debt can go beyond the script's exact integers before the core saturates.
-    if A::STORAGE == Storage::String {
+    if A::KEY_TYPE == KeyType::String {
         assert!(tally.capped > 10, "{name}: {tally:?}");
     }
 }

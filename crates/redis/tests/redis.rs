@@ -15,8 +15,8 @@ use tollgate_core::{
     CheckError, Decision, FixedWindow, Gcra, LeakyBucket, ManualClock, Nanos, Quota, SlidingWindow,
 };
 use tollgate_redis::{
-    ConnectionManager, Error, FaultPolicy, LeaseConfig, LeasedLimiter, RedisConfig, RedisEncoding,
-    RedisLimiter, Storage, TimeSource, connect,
+    ConnectionManager, Error, FaultPolicy, KeyType, LeaseConfig, LeasedLimiter, RedisConfig,
+    RedisEncoding, RedisLimiter, TimeSource, connect,
 };
 
 /// Around 2023 in µs since the Unix epoch, so the scripts see realistic magnitudes.
@@ -86,9 +86,9 @@ fn seed<A: RedisEncoding>(model: &A, key: &str, word: u64) -> redis::Pipeline {
     p.atomic().del(key).ignore();
     if word != 0 {
         let values = model.encode(word);
-        match A::STORAGE {
-            Storage::String => p.set(key, &values[0]).ignore(),
-            Storage::Hash(fields) => {
+        match A::KEY_TYPE {
+            KeyType::String => p.set(key, &values[0]).ignore(),
+            KeyType::Hash(fields) => {
                 let pairs: Vec<(&str, &String)> = fields.iter().copied().zip(&values).collect();
                 p.hset_multiple(key, &pairs).ignore()
             }
@@ -104,14 +104,14 @@ async fn stored<A: RedisEncoding>(
 ) -> (Vec<Option<String>>, i64) {
     let mut read = redis::pipe();
     read.atomic();
-    match A::STORAGE {
-        Storage::String => {
+    match A::KEY_TYPE {
+        KeyType::String => {
             read.get(key);
             read.pttl(key);
             let (v, pttl): (Option<String>, i64) = read.query_async(conn).await.unwrap();
             (vec![v], pttl)
         }
-        Storage::Hash(fields) => {
+        KeyType::Hash(fields) => {
             let cmd = read.cmd("HMGET").arg(key);
             for f in fields {
                 cmd.arg(*f);

@@ -14,8 +14,8 @@ use redis::aio::MultiplexedConnection;
 use tollgate_core::algorithm::Algorithm;
 use tollgate_core::{FixedWindow, Gcra, LeakyBucket, ManualClock, Nanos, Quota, SlidingWindow};
 use tollgate_redis::{
-    BreakerConfig, Error, LeaseConfig, LeasedLimiter, RedisConfig, RedisEncoding, RedisLimiter,
-    Storage, connect,
+    BreakerConfig, Error, KeyType, LeaseConfig, LeasedLimiter, RedisConfig, RedisEncoding,
+    RedisLimiter, connect,
 };
 
 /// Around 2023 in µs since the Unix epoch, so the scripts see realistic magnitudes.
@@ -46,9 +46,9 @@ async fn seed<A: RedisEncoding>(conn: &mut MultiplexedConnection, model: &A, key
     p.atomic().del(key).ignore();
     if word != 0 {
         let values = model.encode(word);
-        match A::STORAGE {
-            Storage::String => p.set(key, &values[0]).ignore(),
-            Storage::Hash(fields) => {
+        match A::KEY_TYPE {
+            KeyType::String => p.set(key, &values[0]).ignore(),
+            KeyType::Hash(fields) => {
                 let pairs: Vec<(&str, &String)> = fields.iter().copied().zip(&values).collect();
                 p.hset_multiple(key, &pairs).ignore()
             }
@@ -65,14 +65,14 @@ async fn stored<A: RedisEncoding>(
 ) -> (Option<u64>, i64) {
     let mut read = redis::pipe();
     read.atomic();
-    let (values, pttl): (Vec<Option<String>>, i64) = match A::STORAGE {
-        Storage::String => {
+    let (values, pttl): (Vec<Option<String>>, i64) = match A::KEY_TYPE {
+        KeyType::String => {
             read.get(key);
             read.pttl(key);
             let (v, pttl): (Option<String>, i64) = read.query_async(conn).await.unwrap();
             (vec![v], pttl)
         }
-        Storage::Hash(fields) => {
+        KeyType::Hash(fields) => {
             let cmd = read.cmd("HMGET").arg(key);
             for f in fields {
                 cmd.arg(*f);

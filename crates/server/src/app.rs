@@ -12,7 +12,7 @@ use tokio::sync::watch;
 use crate::config::ServerConfig;
 use crate::grpc::{RateLimitServiceServer, Rls};
 use crate::http_api::{HttpState, router};
-use crate::service::Limiter;
+use crate::service::LiveDomains;
 use crate::tls::{LiveTls, TlsState};
 
 /// Command-line overrides of the file's `[server]` section.
@@ -51,7 +51,7 @@ pub async fn run(path: PathBuf, overrides: Overrides) -> Result<(), Box<dyn std:
             }
         });
     }
-    let limiter = Arc::new(Limiter::new(&config)?);
+    let limiter = Arc::new(LiveDomains::new(&config)?);
     let tls = match &config.server.tls {
         Some(settings) => Some(Arc::new(LiveTls::new(TlsState::new(settings)?))),
         None => None,
@@ -198,7 +198,11 @@ fn tls_files(config: &ServerConfig) -> Vec<PathBuf> {
 /// Applies a loaded config: its TLS files are read and checked first, then the domains are
 /// reloaded (all or nothing), then the new TLS config is made the one new connections get. Any
 /// failure leaves everything as it was.
-fn apply(config: &ServerConfig, limiter: &Limiter, tls: Option<&LiveTls>) -> Result<(), String> {
+fn apply(
+    config: &ServerConfig,
+    limiter: &LiveDomains,
+    tls: Option<&LiveTls>,
+) -> Result<(), String> {
     let next_tls = match (tls, &config.server.tls) {
         (Some(_), Some(settings)) => Some(TlsState::new(settings).map_err(|e| e.to_string())?),
         (None, None) => None,
@@ -225,7 +229,7 @@ fn apply(config: &ServerConfig, limiter: &Limiter, tls: Option<&LiveTls>) -> Res
 /// swaps without re-arming watches, and it needs no extra dependency.
 async fn reloader(
     path: PathBuf,
-    limiter: Arc<Limiter>,
+    limiter: Arc<LiveDomains>,
     tls: Option<Arc<LiveTls>>,
     poll: Duration,
     mut hup: Option<Signal>,

@@ -902,7 +902,7 @@ mod tests {
         ] {
             let config = ServerConfig::parse(text, yaml).expect("example parses");
             assert!(!config.domains.is_empty());
-            crate::service::Limiter::new(&config).expect("example builds");
+            crate::service::LiveDomains::new(&config).expect("example builds");
         }
     }
 
@@ -922,13 +922,13 @@ mod tests {
         assert_eq!(api.mode, RedisMode::Lease);
         assert_eq!(api.fail, FailMode::Open);
         assert_eq!(api.lease.map(|l| l.size), Some(50));
-        crate::service::Limiter::new(&config).expect("example builds");
+        crate::service::LiveDomains::new(&config).expect("example builds");
         let yaml = ServerConfig::parse(include_str!("../examples/configs/redis.yaml"), true)
             .expect("yaml example parses");
         assert!(
             matches!(&yaml.domains[1].backend, Backend::Redis(r) if r.mode == RedisMode::Lease && r.lease.map(|l| l.size) == Some(50))
         );
-        crate::service::Limiter::new(&yaml).expect("yaml example builds");
+        crate::service::LiveDomains::new(&yaml).expect("yaml example builds");
     }
 
     #[tokio::test]
@@ -949,7 +949,7 @@ mod tests {
         assert!(
             matches!(&config.domains[0].backend, Backend::Redis(r) if r.mode == RedisMode::Lease)
         );
-        crate::service::Limiter::new(&config).expect("the guide's fragment builds");
+        crate::service::LiveDomains::new(&config).expect("the guide's fragment builds");
     }
 
     #[test]
@@ -1177,7 +1177,7 @@ mod tests {
             format!("[server]\nallow_empty = true\n{no_rules}"),
         ] {
             let config = ServerConfig::parse(&text, false).expect("allowed");
-            crate::service::Limiter::new(&config).expect("builds");
+            crate::service::LiveDomains::new(&config).expect("builds");
         }
         let yaml = ServerConfig::parse("server: { allow_empty: true }\n", true).expect("allowed");
         assert!(yaml.domains.is_empty());

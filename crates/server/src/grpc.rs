@@ -1,4 +1,4 @@
-//! `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit` over the [`Limiter`].
+//! `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit` over the [`LiveDomains`].
 //!
 //! Served as [`RequestErrors`]`<`[`RateLimitServiceServer`]`<`[`Rls`]`>>`: a request whose bytes do
 //! not decode is answered `INVALID_ARGUMENT` and one over [`MAX_REQUEST_BYTES`]
@@ -23,7 +23,7 @@ use tonic::codegen::Service;
 use tonic::server::NamedService;
 use tonic::{Request, Response, Status};
 
-use crate::service::{Answer, CheckError, Limiter};
+use crate::service::{Answer, LiveDomains, RequestError};
 use crate::telemetry::Api;
 
 pub use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
@@ -31,12 +31,12 @@ pub use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_serve
 /// The RLS implementation.
 #[derive(Clone)]
 pub struct Rls {
-    limiter: Arc<Limiter>,
+    limiter: Arc<LiveDomains>,
 }
 
 impl Rls {
     /// Over `limiter`.
-    pub fn new(limiter: Arc<Limiter>) -> Self {
+    pub fn new(limiter: Arc<LiveDomains>) -> Self {
         Rls { limiter }
     }
 }
@@ -71,11 +71,11 @@ impl RateLimitService for Rls {
             Ok(answer) => answer,
             Err(e) => {
                 let (label, status) = match e {
-                    CheckError::UnknownDomain(d) => (
+                    RequestError::UnknownDomain(d) => (
                         "unknown_domain",
                         Status::not_found(format!("unknown domain `{d}`")),
                     ),
-                    CheckError::Malformed(m) => ("malformed", Status::invalid_argument(m)),
+                    RequestError::Malformed(m) => ("malformed", Status::invalid_argument(m)),
                 };
                 metrics::counter!("tollgate_server_errors_total", "api" => "grpc", "reason" => label)
                     .increment(1);

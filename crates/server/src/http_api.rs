@@ -54,13 +54,13 @@ use tollgate_core::Decision;
 use tollgate_http::EdgeVerdict;
 
 use crate::reservations::NotOpen;
-use crate::service::{CheckError, Limiter, ReserveError};
+use crate::service::{LiveDomains, RequestError, ReserveError};
 
 /// What the HTTP handlers share.
 #[derive(Clone)]
 pub struct HttpState {
     /// The decision.
-    pub limiter: Arc<Limiter>,
+    pub limiter: Arc<LiveDomains>,
     /// The Prometheus recorder's handle (renders `/metrics`).
     pub metrics: Option<PrometheusHandle>,
 }
@@ -163,7 +163,7 @@ async fn check(
     };
     let (answer, explanation) = match checked {
         Ok(a) => a,
-        Err(e) => return check_error(e),
+        Err(e) => return request_error(e),
     };
     let (status, headers, mut body) = rendered(&answer, started);
     if let Some(why) = explanation {
@@ -205,14 +205,14 @@ fn entries(descriptors: &[JsonDescriptor], default: u64) -> Vec<(Vec<(&str, &str
 }
 
 /// A check's error as its status: `404` for an unknown domain, `400` for a malformed request.
-fn check_error(e: CheckError) -> axum::response::Response {
+fn request_error(e: RequestError) -> axum::response::Response {
     match e {
-        CheckError::UnknownDomain(d) => {
+        RequestError::UnknownDomain(d) => {
             metrics::counter!("tollgate_server_errors_total", "api" => "http", "reason" => "unknown_domain")
                 .increment(1);
             error(StatusCode::NOT_FOUND, &format!("unknown domain `{d}`"))
         }
-        CheckError::Malformed(m) => {
+        RequestError::Malformed(m) => {
             metrics::counter!("tollgate_server_errors_total", "api" => "http", "reason" => "malformed")
                 .increment(1);
             error(StatusCode::BAD_REQUEST, &m)
@@ -306,7 +306,7 @@ async fn reserve(
     }
     let reserved = match state.limiter.reserve(&req.domain, &descriptors) {
         Ok(reserved) => reserved,
-        Err(ReserveError::Check(e)) => return check_error(e),
+        Err(ReserveError::Check(e)) => return request_error(e),
         Err(ReserveError::OnRedis(domain)) => {
             metrics::counter!("tollgate_server_errors_total", "api" => "http", "reason" => "unsupported")
                 .increment(1);

@@ -7,7 +7,7 @@
 //!   `hits_addend`, else the request's, 0 meaning 1). Every rule that applies to a descriptor is
 //!   decided as one; the descriptors of one call are decided as one too (a call over the limit
 //!   anywhere consumes nothing), or independently with `descriptors = "independent"`, at one
-//!   clock reading (see [`service::Limiter::check`]).
+//!   clock reading (see [`service::LiveDomains::check`]).
 //! * Each descriptor's verdict is tollgate-http's [`EdgeVerdict`](tollgate_http::EdgeVerdict),
 //!   the one the tower layer and Pingora render too (a conformance table, `tests/conformance.rs`,
 //!   checks that all three answer alike). Shadow rules answer OK. A cost no enforcing rule can

@@ -69,10 +69,10 @@ impl Domain {
 pub type Domains = HashMap<String, Arc<Domain>>;
 
 /// The live domains and the decision over them.
-pub struct Limiter {
+pub struct LiveDomains {
     domains: ArcSwap<Domains>,
     connections: Connections,
-    /// Serialises [`reload`](Limiter::reload)s: each holds every kept domain's policy reload lock
+    /// Serialises [`reload`](LiveDomains::reload)s: each holds every kept domain's policy reload lock
     /// between preparing and committing, and two taking them in different orders would deadlock.
     reloads: std::sync::Mutex<()>,
     /// Reservations open until settled (`POST /v1/reserve`, `POST /v1/settle`).
@@ -81,7 +81,7 @@ pub struct Limiter {
 
 /// Why a request could not be decided (answered with an error, not a decision).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum CheckError {
+pub enum RequestError {
     /// The domain is not configured.
     UnknownDomain(String),
     /// The request is malformed (no domain, no descriptors, an empty entry key, too many ...).
@@ -127,7 +127,7 @@ impl Answer {
     }
 }
 
-impl Limiter {
+impl LiveDomains {
     /// Builds every domain of `config`.
     ///
     /// # Errors
@@ -135,7 +135,7 @@ impl Limiter {
     pub fn new(config: &ServerConfig) -> Result<Self, String> {
         let connections = Connections::default();
         let domains = commit(build(config, None, &connections)?);
-        Ok(Limiter {
+        Ok(LiveDomains {
             domains: ArcSwap::from_pointee(domains),
             connections,
             reloads: std::sync::Mutex::new(()),
@@ -192,17 +192,17 @@ impl Limiter {
     /// even when another of the same call is over its limit.
     ///
     /// # Errors
-    /// [`CheckError`] for an unknown domain or a malformed request; nothing is consumed.
+    /// [`RequestError`] for an unknown domain or a malformed request; nothing is consumed.
     pub async fn check(
         &self,
         domain: &str,
         descriptors: &[(Vec<(&str, &str)>, u64)],
-    ) -> Result<Answer, CheckError> {
+    ) -> Result<Answer, RequestError> {
         validate(domain, descriptors)?;
         let dom = {
             let domains = self.domains.load();
             let Some(dom) = domains.get(domain) else {
-                return Err(CheckError::UnknownDomain(domain.to_owned()));
+                return Err(RequestError::UnknownDomain(domain.to_owned()));
             };
             if let DomainPolicy::Embedded(policy) = &dom.policy {
                 return Ok(embedded(domain, dom, policy, descriptors));
@@ -218,25 +218,25 @@ impl Limiter {
     /// `check` (it consumes as `check` does).
     ///
     /// # Errors
-    /// As [`check`](Self::check), and [`CheckError::Malformed`] for more than one descriptor or a
+    /// As [`check`](Self::check), and [`RequestError::Malformed`] for more than one descriptor or a
     /// domain on Redis (whose state a trace cannot look at without round trips).
     pub fn explain(
         &self,
         domain: &str,
         descriptors: &[(Vec<(&str, &str)>, u64)],
-    ) -> Result<(Answer, Explanation), CheckError> {
+    ) -> Result<(Answer, Explanation), RequestError> {
         validate(domain, descriptors)?;
         let [(entries, cost)] = descriptors else {
-            return Err(CheckError::Malformed(
+            return Err(RequestError::Malformed(
                 "explain takes exactly one descriptor".into(),
             ));
         };
         let domains = self.domains.load();
         let Some(dom) = domains.get(domain) else {
-            return Err(CheckError::UnknownDomain(domain.to_owned()));
+            return Err(RequestError::UnknownDomain(domain.to_owned()));
         };
         let DomainPolicy::Embedded(policy) = &dom.policy else {
-            return Err(CheckError::Malformed(format!(
+            return Err(RequestError::Malformed(format!(
                 "explain needs an embedded domain; `{domain}` is on redis"
             )));
         };
@@ -249,16 +249,16 @@ impl Limiter {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ReserveError {
     /// As a check's: an unknown domain or a malformed request.
-    Check(CheckError),
+    Check(RequestError),
     /// The domain is on Redis, where reservations are not built yet.
     OnRedis(String),
     /// The table of open reservations is full ([`Full`]); nothing was decided.
     Full(Full),
 }
 
-/// What [`Limiter::reserve`] answers: the decision and, when admitted, the reservation's id.
+/// What [`LiveDomains::reserve`] answers: the decision and, when admitted, the reservation's id.
 pub struct ReserveAnswer {
-    /// The decision, as [`Limiter::check`] would answer it for the estimate.
+    /// The decision, as [`LiveDomains::check`] would answer it for the estimate.
     pub answer: Answer,
     /// The id to settle with, when admitted.
     pub id: Option<String>,
@@ -266,7 +266,7 @@ pub struct ReserveAnswer {
     pub estimate: u64,
 }
 
-/// What [`Limiter::settle`] did.
+/// What [`LiveDomains::settle`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SettleAnswer {
     /// The policy's settlement. Its `stale` counts the rules a reload has removed since the
@@ -275,7 +275,7 @@ pub struct SettleAnswer {
     pub settlement: tollgate_policy::Settlement,
 }
 
-impl Limiter {
+impl LiveDomains {
     /// Reserves `estimate` units for one descriptor of an embedded domain, now: the decision is
     /// the one [`check`](Self::check) would give for the estimate (every rule that applies,
     /// decided as one) and, when admitted, the reservation is held in the bounded table until
@@ -291,7 +291,7 @@ impl Limiter {
     ) -> Result<ReserveAnswer, ReserveError> {
         validate(domain, descriptors).map_err(ReserveError::Check)?;
         let [(entries, estimate)] = descriptors else {
-            return Err(ReserveError::Check(CheckError::Malformed(
+            return Err(ReserveError::Check(RequestError::Malformed(
                 "a reservation takes exactly one descriptor".into(),
             )));
         };
@@ -299,7 +299,7 @@ impl Limiter {
         let dom = {
             let domains = self.domains.load();
             let Some(dom) = domains.get(domain) else {
-                return Err(ReserveError::Check(CheckError::UnknownDomain(
+                return Err(ReserveError::Check(RequestError::UnknownDomain(
                     domain.to_owned(),
                 )));
             };
@@ -376,33 +376,33 @@ impl Limiter {
 pub const EXPLAIN_TARGET: &str = "tollgate_server::explain";
 
 /// Checks what a request must satisfy before anything is decided.
-fn validate(domain: &str, descriptors: &[(Vec<(&str, &str)>, u64)]) -> Result<(), CheckError> {
+fn validate(domain: &str, descriptors: &[(Vec<(&str, &str)>, u64)]) -> Result<(), RequestError> {
     if domain.is_empty() {
-        return Err(CheckError::Malformed("domain is empty".into()));
+        return Err(RequestError::Malformed("domain is empty".into()));
     }
     if descriptors.is_empty() {
-        return Err(CheckError::Malformed("no descriptors".into()));
+        return Err(RequestError::Malformed("no descriptors".into()));
     }
     if descriptors.len() > MAX_DESCRIPTORS {
-        return Err(CheckError::Malformed(format!(
+        return Err(RequestError::Malformed(format!(
             "{} descriptors (at most {MAX_DESCRIPTORS})",
             descriptors.len()
         )));
     }
     for (i, (entries, _)) in descriptors.iter().enumerate() {
         if entries.is_empty() {
-            return Err(CheckError::Malformed(format!(
+            return Err(RequestError::Malformed(format!(
                 "descriptor {i} has no entries"
             )));
         }
         if entries.len() > MAX_ENTRIES {
-            return Err(CheckError::Malformed(format!(
+            return Err(RequestError::Malformed(format!(
                 "descriptor {i} has {} entries (at most {MAX_ENTRIES})",
                 entries.len()
             )));
         }
         if entries.iter().any(|(k, _)| k.is_empty()) {
-            return Err(CheckError::Malformed(format!(
+            return Err(RequestError::Malformed(format!(
                 "descriptor {i} has an entry with an empty key"
             )));
         }
@@ -671,7 +671,7 @@ mod tests {
     #[tokio::test]
     async fn a_reload_lets_go_of_redis_connections_no_domain_uses() {
         // Lazy connections: nothing listens on these ports, and nothing needs to.
-        let limiter = Limiter::new(&config(Some("redis://127.0.0.1:1/"))).expect("limiter");
+        let limiter = LiveDomains::new(&config(Some("redis://127.0.0.1:1/"))).expect("limiter");
         assert_eq!(limiter.redis_connections(), 1);
         limiter
             .reload(&config(Some("redis://127.0.0.1:1/")))

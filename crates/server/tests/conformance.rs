@@ -1,6 +1,6 @@
 //! The conformance table (`tollgate_http::conformance`) through this server's edge: each case's
 //! descriptors (built as tollgate-http's edge builds them, which is what an Envoy route's actions
-//! send) through the `Limiter`, rendered as the RLS (gRPC) response and as the `POST /v1/check`
+//! send) through the `LiveDomains`, rendered as the RLS (gRPC) response and as the `POST /v1/check`
 //! JSON answer, in-process. The tower layer and Pingora run the same table.
 //!
 //! The server's policies run on the monotonic clock; every expected `t` and `Retry-After` is a
@@ -17,7 +17,7 @@ use tollgate_policy::{Policy, PolicyConfig};
 use tollgate_server::config::{ConfigFileError, ServerConfig};
 use tollgate_server::grpc::to_response;
 use tollgate_server::http_api::{HttpState, router};
-use tollgate_server::service::Limiter;
+use tollgate_server::service::LiveDomains;
 use tower::ServiceExt;
 
 const DOMAIN: &str = "conformance";
@@ -58,7 +58,7 @@ fn http_status(ok: bool, cost_too_large: bool) -> u16 {
 
 async fn through_grpc(case: &Case) -> Observed {
     let config = ServerConfig::parse(&case.server_config(DOMAIN), false).expect("config");
-    let limiter = Limiter::new(&config).expect("limiter");
+    let limiter = LiveDomains::new(&config).expect("limiter");
     let entries = entries(case);
     let borrowed: Vec<(&str, &str)> = entries
         .iter()
@@ -103,7 +103,7 @@ async fn through_grpc(case: &Case) -> Observed {
 async fn through_json(case: &Case) -> Observed {
     let config = ServerConfig::parse(&case.server_config(DOMAIN), false).expect("config");
     let app = router(HttpState {
-        limiter: Arc::new(Limiter::new(&config).expect("limiter")),
+        limiter: Arc::new(LiveDomains::new(&config).expect("limiter")),
         metrics: None,
     });
     let entries: serde_json::Map<String, serde_json::Value> = entries(case)

@@ -303,5 +303,5 @@ fn the_example_server_config_loads_as_written() {
     let config = tollgate_server::config::ServerConfig::parse(SETTLE_TOML, false)
         .expect("settle.toml parses");
     assert_eq!(config.server.reservations.max_open, 100_000);
-    tollgate_server::service::Limiter::new(&config).expect("settle.toml builds");
+    tollgate_server::service::LiveDomains::new(&config).expect("settle.toml builds");
 }

@@ -7,7 +7,7 @@ use axum::body::Body;
 use http::Request;
 use tollgate_server::config::ServerConfig;
 use tollgate_server::http_api::{HttpState, router};
-use tollgate_server::service::{CheckError, EXPLAIN_TARGET, Limiter};
+use tollgate_server::service::{EXPLAIN_TARGET, LiveDomains, RequestError};
 use tower::ServiceExt;
 
 const CONFIG: &str = r#"
@@ -31,8 +31,10 @@ period = "1h"
 capacity = 100
 "#;
 
-fn limiter() -> Arc<Limiter> {
-    Arc::new(Limiter::new(&ServerConfig::parse(CONFIG, false).expect("config")).expect("limiter"))
+fn limiter() -> Arc<LiveDomains> {
+    Arc::new(
+        LiveDomains::new(&ServerConfig::parse(CONFIG, false).expect("config")).expect("limiter"),
+    )
 }
 
 async fn post(app: &axum::Router, body: &str) -> (u16, serde_json::Value) {
@@ -149,6 +151,6 @@ fn explain_refuses_several_descriptors() {
     let call = vec![(vec![("user", "a")], 1), (vec![("user", "b")], 1)];
     assert!(matches!(
         limiter.explain("edge", &call),
-        Err(CheckError::Malformed(_))
+        Err(RequestError::Malformed(_))
     ));
 }
