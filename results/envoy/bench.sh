@@ -3,7 +3,8 @@
 # each rate-limit check in Envoy's path, at 1, 16 and 64 connections.
 #
 #   results/envoy/bench.sh                                  # the whole run (see README.md for its time)
-#   DURATION=2s WARMUP=1s REPS=1 CONNS=1 RAW=/tmp/envoy-smoke results/envoy/bench.sh   # smoke
+#   BUILD=debug DURATION=2s WARMUP=1s REPS=1 CONNS=1 RAW=/tmp/envoy-smoke results/envoy/bench.sh
+#                                                           # smoke: every row runs; no figures
 #
 # Rows (ROWS, in this order; every row gets a fresh stack: upstream, RLS (and Redis), Envoy):
 #   a              no rate-limit filter
@@ -46,8 +47,9 @@ LOCK=${LOCK:-/work/bench.lock}
 HERE=results/envoy
 RAW=${RAW:-$HERE/raw}
 OUT_TABLE=${OUT_TABLE:-$RAW/table.md}
-TG=target/release/tollgate-server
-UPSTREAM=target/release/pingora-bench  # its `upstream` role: hyper, one thread, counts requests
+BUILD=${BUILD:-release}                # or debug: a quicker build for a smoke run, never for figures
+TG=target/$BUILD/tollgate-server
+UPSTREAM=target/$BUILD/pingora-bench   # its `upstream` role: hyper, one thread, counts requests
 
 secs() { # a wrk duration (2s, 1m, 500ms) in whole seconds, rounded up
   case $1 in *ms) echo $(( (${1%ms} + 999) / 1000 )) ;; *s) echo "${1%s}" ;; *m) echo $(( ${1%m} * 60 )) ;; *h) echo $(( ${1%h} * 3600 )) ;; *) echo "$1" ;; esac
@@ -69,7 +71,8 @@ for r in $ROWS; do
   esac
 done
 
-CARGO_INCREMENTAL=0 nice -n 15 cargo build --release --locked -p tollgate-server -p tollgate-lab \
+case $BUILD in release) profile=(--release) ;; debug) profile=() ;; *) echo "BUILD is release or debug" >&2; exit 1 ;; esac
+CARGO_INCREMENTAL=0 nice -n 15 cargo build "${profile[@]}" --locked -p tollgate-server -p tollgate-lab \
   --bin tollgate-server --bin pingora-bench >&2
 
 mkdir -p "$RAW"
@@ -197,7 +200,7 @@ measure() {
 }
 
 {
-  echo "command: $0 (DURATION=$DURATION WARMUP=$WARMUP REPS=$REPS CONNS=\"$CONNS\" ROWS=\"$ROWS\" TG_WORKERS=\"$TG_WORKERS\" WRK_THREADS=$WRK_THREADS ENVOY_CONCURRENCY=$ENVOY_CONCURRENCY RLS_TIMEOUT=$RLS_TIMEOUT)"
+  echo "command: $0 (BUILD=$BUILD DURATION=$DURATION WARMUP=$WARMUP REPS=$REPS CONNS=\"$CONNS\" ROWS=\"$ROWS\" TG_WORKERS=\"$TG_WORKERS\" WRK_THREADS=$WRK_THREADS ENVOY_CONCURRENCY=$ENVOY_CONCURRENCY RLS_TIMEOUT=$RLS_TIMEOUT)"
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "commit: $(git rev-parse HEAD)$(git diff --quiet HEAD -- crates results/envoy || echo ' (with uncommitted changes)')"
   echo "nproc: $(nproc)"
@@ -228,6 +231,9 @@ done
   echo "wall: $(( $(date +%s) - start )) s (measuring; the build before it not counted)"
 } >>"$RAW/machine.txt"
 status=0
-python3 $HERE/collect.py "$RAW" >"$OUT_TABLE" || status=$?
+{
+  [ "$BUILD" = debug ] && echo "**BUILD=debug: a smoke run; these are not figures.**" && echo
+  python3 $HERE/collect.py "$RAW"
+} >"$OUT_TABLE" || status=$?
 cat "$RAW/machine.txt" "$OUT_TABLE"
 exit "$status"

@@ -28,6 +28,11 @@ WHAT = {
     "e-redis-cached": "limitador, redis_cached",
 }
 ORDER = list(WHAT)
+# Envoy's stats (envoy.yaml's names: listener stat_prefix `ingress`, route cluster `backend`;
+# configs.py's local_ratelimit stat_prefix).
+INGRESS = "http.ingress."
+RLS = "cluster.backend.ratelimit."
+LOCAL = "local_rate_limiter.http_local_rate_limit."
 UNIT_US = {"us": 1.0, "ms": 1000.0, "s": 1_000_000.0}
 
 
@@ -67,27 +72,27 @@ def parse(path):
     }
 
 
-def stat(stats, suffix):
-    return sum(v for k, v in stats.items() if k.endswith(suffix))
+def stat(stats, name):
+    return stats.get(name, 0)
 
 
 def problems(row, runs):
     """What failed the checks, summed over the rounds ([] when none)."""
-    s = lambda suffix: sum(stat(r["stats"], suffix) for r in runs)  # noqa: E731
+    s = lambda name: sum(stat(r["stats"], name) for r in runs)  # noqa: E731
     found = {
         "non-2xx": sum(r["non2xx"] for r in runs),
         "socket errors": sum(r["socket_errors"] for r in runs),
-        "4xx": s("downstream_rq_4xx"),
-        "5xx": s("downstream_rq_5xx"),
-        "over_limit": s("ratelimit.over_limit"),
-        "rls errors": s("ratelimit.error"),
-        "failure_mode_allowed": s("ratelimit.failure_mode_allowed"),
-        "local rate_limited": s("http_local_rate_limit.rate_limited"),
+        "4xx": s(INGRESS + "downstream_rq_4xx"),
+        "5xx": s(INGRESS + "downstream_rq_5xx"),
+        "over_limit": s(RLS + "over_limit"),
+        "rls errors": s(RLS + "error"),
+        "failure_mode_allowed": s(RLS + "failure_mode_allowed"),
+        "local rate_limited": s(LOCAL + "rate_limited"),
     }
     out = [f"{name} {n}" for name, n in found.items() if n]
-    if row[0] in "cde" and any(stat(r["stats"], "ratelimit.ok") == 0 for r in runs):
+    if row[0] in "cde" and any(stat(r["stats"], RLS + "ok") == 0 for r in runs):
         out.append("RLS not reached (ratelimit.ok 0)")
-    if row == "b" and any(stat(r["stats"], "http_local_rate_limit.enabled") == 0 for r in runs):
+    if row == "b" and any(stat(r["stats"], LOCAL + "enabled") == 0 for r in runs):
         out.append("local_ratelimit not reached (enabled 0)")
     return out
 
