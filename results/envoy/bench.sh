@@ -113,7 +113,14 @@ stop_all() { # every process this script started, by PID, newest first
   done
   PIDS=()
 }
-cleanup() { stop_all; rm -rf "$WORK"; }
+cleanup() {
+  local status=$?
+  stop_all
+  if [ "$status" != 0 ]; then # the failed stack's logs, before they go
+    for f in "$WORK"/*/*.log; do [ -s "$f" ] && { echo "--- $f" >&2; tail -n 20 "$f" >&2; }; done
+  fi
+  rm -rf "$WORK"
+}
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
