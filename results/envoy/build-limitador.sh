@@ -29,10 +29,13 @@ if ! grep -q '^disk_storage = \["limitador/disk_storage"\]' limitador-server/Car
     s/(\n\s*)(Disk\(DiskStorageConfiguration\),)/$1'"$gate"'$1$2/;
     s/(\n)(pub struct DiskStorageConfiguration)/$1'"$gate"'\n$2/;
   ' limitador-server/src/config.rs
-  # limitador's keys.rs: its binary key encoding (used by the redis storage too) is compiled only
-  # with the disk storage; without it the library does not build. Compile it for either storage.
-  perl -0pi -e 's/#\[cfg\(feature = "disk_storage"\)\](\npub mod bin \{)/#[cfg(any(feature = "disk_storage", feature = "redis_storage"))]$1/' limitador/src/storage/keys.rs
 fi
+# The library's binary key encoding (keys.rs `bin`, and the counter.rs method it calls) is used by
+# the redis storage too but compiled only with the disk storage; without it the library does not
+# build. Compile both for either storage. (Each substitution matches only the unedited text.)
+any='#[cfg(any(feature = "disk_storage", feature = "redis_storage"))]'
+perl -0pi -e 's/#\[cfg\(feature = "disk_storage"\)\](\npub mod bin \{)/'"$any"'$1/' limitador/src/storage/keys.rs
+perl -0pi -e 's/#\[cfg\(feature = "disk_storage"\)\](\n\s*pub\(crate\) fn variables_for_key\()/'"$any"'$1/' limitador/src/counter.rs
 nice cargo build --release -p limitador-server --no-default-features >&2
 echo "binary: $src/target/release/limitador-server"
 echo "commit: $(git rev-parse HEAD)"
