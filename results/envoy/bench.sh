@@ -48,8 +48,8 @@ HERE=results/envoy
 RAW=${RAW:-$HERE/raw}
 OUT_TABLE=${OUT_TABLE:-$RAW/table.md}
 BUILD=${BUILD:-release}                # or debug: a quicker build for a smoke run, never for figures
-TG=target/$BUILD/tollgate-server
-UPSTREAM=target/$BUILD/pingora-bench   # its `upstream` role: hyper, one thread, counts requests
+TG=${CARGO_TARGET_DIR:-target}/$BUILD/tollgate-server
+UPSTREAM=${CARGO_TARGET_DIR:-target}/$BUILD/pingora-bench   # its `upstream` role: hyper, one thread, counts requests
 
 secs() { # a wrk duration (2s, 1m, 500ms) in whole seconds, rounded up
   case $1 in *ms) echo $(( (${1%ms} + 999) / 1000 )) ;; *s) echo "${1%s}" ;; *m) echo $(( ${1%m} * 60 )) ;; *h) echo $(( ${1%h} * 3600 )) ;; *) echo "$1" ;; esac
