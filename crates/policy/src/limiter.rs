@@ -238,6 +238,37 @@ impl<A: Algorithm> Global<A> {
             }
         }
     }
+    /// Stores `step(word)` (`None`, or the word itself: nothing to write) in one compare-and-swap
+    /// loop, for a write that is not a decision (a refund, a charge); on a retired word, hands the
+    /// write to the successor instead (`retired`).
+    fn write(
+        &self,
+        step: impl Fn(u64) -> Option<u64>,
+        retired: impl FnOnce(&Arc<dyn RuleLimiter>),
+    ) {
+        // Relaxed (load and exchange): see the type's ordering notes.
+        let mut current = self.word.load(Ordering::Relaxed);
+        loop {
+            if current == RETIRED {
+                if let Some(next) = self.retired() {
+                    retired(next);
+                }
+                return;
+            }
+            let Some(next) = step(current).filter(|&next| next != current) else {
+                return;
+            };
+            match self.word.compare_exchange_weak(
+                current,
+                next,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return,
+                Err(actual) => current = actual,
+            }
+        }
+    }
 }
 
 impl<A: Algorithm> RuleLimiter for Global<A> {
@@ -268,66 +299,28 @@ impl<A: Algorithm> RuleLimiter for Global<A> {
             .map(|transition| transition.decision)
     }
     fn refund(&self, key: &[u8], now: Nanos, cost: u64, receipt: Receipt) {
-        // Relaxed (load and exchange): see the type's ordering notes.
-        let mut current = self.word.load(Ordering::Relaxed);
-        loop {
-            if current == RETIRED {
-                // The admission is in the successor's carried state (or was made there): give it
-                // back there, in the quota in force.
-                if let Some(next) = self.retired() {
-                    next.refund(key, now, cost, receipt);
-                }
-                return;
-            }
-            let Some(next) = self
-                .algorithm
-                .refund(current, now, cost)
-                .filter(|&next| next != current && next != RETIRED)
-            else {
-                return;
-            };
-            match self.word.compare_exchange_weak(
-                current,
-                next,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return,
-                Err(actual) => current = actual,
-            }
-        }
+        // A retired word's admission is in the successor's carried state (or was made there): it
+        // goes back there, in the quota in force.
+        self.write(
+            |word| {
+                self.algorithm
+                    .refund(word, now, cost)
+                    .filter(|&next| next != RETIRED)
+            },
+            |next| next.refund(key, now, cost, receipt),
+        );
     }
     fn charge(&self, key: &[u8], now: Nanos, cost: u64) {
-        // Relaxed (load and exchange): see the type's ordering notes.
-        let mut current = self.word.load(Ordering::Relaxed);
-        loop {
-            if current == RETIRED {
-                // The quota lives in the successor now: the debt goes there.
-                if let Some(next) = self.retired() {
-                    next.charge(key, now, cost);
-                }
-                return;
-            }
-            // A charge saturating into the sentinel stays one short of it (still the strictest
-            // state a word holds).
-            let Some(next) = self
-                .algorithm
-                .charge(current, now, cost)
-                .map(|next| if next == RETIRED { RETIRED - 1 } else { next })
-                .filter(|&next| next != current)
-            else {
-                return;
-            };
-            match self.word.compare_exchange_weak(
-                current,
-                next,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return,
-                Err(actual) => current = actual,
-            }
-        }
+        // A charge saturating into the sentinel stays one short of it (still the strictest state a
+        // word holds); a retired word's debt goes to the successor, where the quota lives now.
+        self.write(
+            |word| {
+                self.algorithm
+                    .charge(word, now, cost)
+                    .map(|next| if next == RETIRED { RETIRED - 1 } else { next })
+            },
+            |next| next.charge(key, now, cost),
+        );
     }
     fn set_quota(&self, _: Quota) -> bool {
         false
