@@ -212,14 +212,8 @@ pub(crate) fn validate(config: &PolicyConfig, in_process: bool) -> Result<(), Co
 
 /// A rule's table, whatever the policy's clock type.
 trait Table: Send + Sync {
+    /// A permit of `cost` units, leaving `reserve` free for higher priority classes (0: none).
     fn take(
-        &self,
-        key: &[u8],
-        now: Nanos,
-        cost: u64,
-    ) -> Result<Result<KeyPermit, Decision>, CheckError>;
-    /// `take` leaving `reserve` units free for higher priority classes.
-    fn take_reserving(
         &self,
         key: &[u8],
         now: Nanos,
@@ -236,17 +230,9 @@ impl<C: Clock + 'static> Table for Arc<KeyedInFlight<[u8], C>> {
         key: &[u8],
         now: Nanos,
         cost: u64,
-    ) -> Result<Result<KeyPermit, Decision>, CheckError> {
-        self.try_acquire_at(key, now, cost)
-    }
-
-    fn take_reserving(
-        &self,
-        key: &[u8],
-        now: Nanos,
-        cost: u64,
         reserve: u64,
     ) -> Result<Result<KeyPermit, Decision>, CheckError> {
+        // A reserve of 0 takes the plain path there.
         self.try_acquire_reserving_at(key, now, cost, reserve)
     }
 
@@ -530,13 +516,7 @@ impl<C: Clock + Clone + 'static> Policy<C> {
                 continue;
             };
             let enforced = rule.config.mode == Mode::Enforce && !dry;
-            let reserve = rule.reserve(descriptors);
-            let taken = if reserve == 0 {
-                rule.table.take(key, now, cost)
-            } else {
-                rule.table.take_reserving(key, now, cost, reserve)
-            };
-            match taken {
+            match rule.table.take(key, now, cost, rule.reserve(descriptors)) {
                 Ok(Ok(permit)) => permits.push(permit),
                 Ok(Err(denial)) if enforced => {
                     // `permits` drops here: every permit taken so far goes back.
