@@ -192,6 +192,21 @@ fn rule_key<'a>(
     })
 }
 
+/// Calls `f` with the key of every rule that applies to a request, in rule order: what a charge
+/// (`charge.rs`) touches. Shadow rules included: they count as enforcing ones do.
+pub(crate) fn each_rule_key(
+    set: &RuleSet,
+    values: &[Option<&str>],
+    mut f: impl FnMut(&RuleKey<'_>),
+) {
+    for i in 0..set.rules.len() {
+        let mut buf = KeyBuf::new();
+        if let Some(at) = rule_key(set, i, values, &mut buf) {
+            f(&at);
+        }
+    }
+}
+
 #[inline]
 fn answer(
     set: &RuleSet,
@@ -532,7 +547,7 @@ where
 
 /// Rule `i`'s [`RuleKey`] for key bytes built earlier.
 #[cfg(feature = "redis")]
-fn rule_key_of<'a>(
+pub(crate) fn rule_key_of<'a>(
     set: &RuleSet,
     i: usize,
     key: &'a [u8],

@@ -58,6 +58,7 @@ struct GuideConcurrency;
 #[doc = include_str!("../../../guides/rollout.md")]
 struct GuideRollout;
 
+mod charge;
 mod config;
 mod descriptor_match;
 mod engine;
@@ -78,6 +79,7 @@ mod stats;
 mod store;
 mod sync;
 
+pub use charge::Charged;
 pub use config::{
     AlgorithmKind, ConfigError, ConfigErrorKind, ConfigFormat, DelayConfig, MAX_CAPACITY,
     MatchSpec, Mode, OverrideConfig, PolicyConfig, RuleConfig, Storage, Validated, check_config,

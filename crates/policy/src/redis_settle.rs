@@ -8,6 +8,7 @@ use smallvec::SmallVec;
 use tollgate_core::{CheckError, Decision, Nanos};
 use tollgate_redis::{Error, FaultPolicy, SettleKey, SettleOp};
 
+use crate::charge::Charged;
 use crate::engine;
 use crate::policy::{Descriptors, PolicyDecision, PolicyError};
 use crate::redis_store::{Limiter, QuotaLimiter, RedisLive, RedisPolicy, RedisStore};
@@ -399,6 +400,72 @@ impl RedisPolicy {
     }
 }
 
+impl RedisPolicy {
+    /// Charges `cost` units, unconditionally, to every rule that applies to `descriptors`, on
+    /// Redis's clock: the in-process [`Policy::charge`](crate::Policy::charge) on the shared state
+    /// (a key with nothing left goes into debt), in one settle script call for all the rules (lease
+    /// mode: on the shared bucket).
+    ///
+    /// # Errors
+    /// The first error when Redis did not confirm every rule's charge (each counted as a store
+    /// failure by the circuit breaker): the rules not confirmed did not count the units, an
+    /// under-count of at most this charge. Retrying may count it twice where Redis applied it
+    /// before the answer was lost.
+    pub async fn charge(&self, descriptors: &Descriptors<'_>, cost: u64) -> Result<Charged, Error> {
+        self.charge_inner(descriptors, None, cost).await
+    }
+
+    /// [`charge`](Self::charge) at an explicit time (as [`check_at`](Self::check_at)).
+    ///
+    /// # Errors
+    /// As [`charge`](Self::charge).
+    pub async fn charge_at(
+        &self,
+        descriptors: &Descriptors<'_>,
+        now: Nanos,
+        cost: u64,
+    ) -> Result<Charged, Error> {
+        self.charge_inner(descriptors, Some(now), cost).await
+    }
+
+    async fn charge_inner(
+        &self,
+        descriptors: &Descriptors<'_>,
+        now: Option<Nanos>,
+        cost: u64,
+    ) -> Result<Charged, Error> {
+        let live = self.current.load_full();
+        let values = live.rules.resolve(descriptors);
+        let mut keys: SmallVec<[(usize, SmallVec<[u8; 32]>); 4]> = SmallVec::new();
+        engine::each_rule_key(&live.rules, &values, |at| {
+            keys.push((at.index, SmallVec::from_slice(at.key)));
+        });
+        let charged = Charged {
+            cost,
+            rules: keys.len(),
+        };
+        if cost == 0 {
+            return Ok(charged);
+        }
+        let targets: SmallVec<[(RuleKey<'_>, &QuotaLimiter); 4]> = keys
+            .iter()
+            .filter_map(|(i, key)| {
+                let at = engine::rule_key_of(&live.rules, *i, key, &values)?;
+                let limiter = live.store.limiter(&at)?;
+                Some((at, limiter))
+            })
+            .collect();
+        let sent: Vec<Sent<'_, '_>> = targets
+            .iter()
+            .map(|(at, limiter)| (at, *limiter, SettleOp::Charge { units: cost }))
+            .collect();
+        match run(&live.store, &sent, now).await {
+            None => Ok(charged),
+            Some(failed) => Err(failed.error),
+        }
+    }
+}
+
 /// The reservation's rules in the rules in force now, with the key each settles (rules a reload
 /// removed, or whose algorithm changed, left out).
 fn resolve<'a>(reservation: &'a RedisReservation, current: &'a RedisLive) -> Vec<Target<'a>> {
@@ -446,7 +513,7 @@ async fn give_back(
     now: Option<Nanos>,
     surplus: u64,
 ) -> Option<Failed> {
-    let mut sent = Vec::with_capacity(targets.len());
+    let mut sent: Vec<Sent<'_, '_>> = Vec::with_capacity(targets.len());
     for target in targets {
         if let Limiter::Lease(lease) = &target.limiter.limiter {
             let key = RedisStore::key(&target.at);
@@ -462,7 +529,8 @@ async fn give_back(
             continue;
         };
         sent.push((
-            target,
+            &target.at,
+            target.limiter,
             SettleOp::GiveBack {
                 units: surplus,
                 reserved_at: at,
@@ -480,26 +548,25 @@ async fn charge(
     now: Option<Nanos>,
     owed: u64,
 ) -> Option<Failed> {
-    let sent: Vec<(&Target<'_>, SettleOp)> = targets
+    let sent: Vec<Sent<'_, '_>> = targets
         .iter()
-        .map(|t| (t, SettleOp::Charge { units: owed }))
+        .map(|t| (&t.at, t.limiter, SettleOp::Charge { units: owed }))
         .collect();
     run(store, &sent, now).await
 }
 
+/// One rule's part of a settle script call: its key, its limiter and what to do.
+type Sent<'k, 'a> = (&'k RuleKey<'a>, &'k QuotaLimiter, SettleOp);
+
 /// One settle script call for `sent`; the failures, each counted as a store failure.
-async fn run(
-    store: &RedisStore,
-    sent: &[(&Target<'_>, SettleOp)],
-    now: Option<Nanos>,
-) -> Option<Failed> {
+async fn run(store: &RedisStore, sent: &[Sent<'_, '_>], now: Option<Nanos>) -> Option<Failed> {
     let mut names = Vec::with_capacity(sent.len());
     let mut ops = Vec::with_capacity(sent.len());
-    for (target, op) in sent {
+    for &(at, limiter, op) in sent {
         // Every limiter has its batch form (lease mode: the shared bucket's GCRA).
-        if let Some((limit, relative)) = &target.limiter.batch {
-            names.push(format!("{relative}{}", RedisStore::key(&target.at)));
-            ops.push((target, limit, *op));
+        if let Some((limit, relative)) = &limiter.batch {
+            names.push(format!("{relative}{}", RedisStore::key(at)));
+            ops.push((at, limit, op));
         }
     }
     if ops.is_empty() {
@@ -520,8 +587,8 @@ async fn run(
     };
     match result {
         Err(error) => {
-            for (target, _, _) in &ops {
-                let _ = store.fault(&target.at, &error);
+            for (at, _, _) in &ops {
+                let _ = store.fault(at, &error);
             }
             Some(Failed {
                 unconfirmed: ops.len(),
@@ -531,9 +598,9 @@ async fn run(
         }
         Ok(answers) => {
             let mut failed: Option<Failed> = None;
-            for ((target, _, _), answer) in ops.iter().zip(answers) {
+            for ((at, _, _), answer) in ops.iter().zip(answers) {
                 if let Err(error) = answer {
-                    let _ = store.fault(&target.at, &error);
+                    let _ = store.fault(at, &error);
                     match &mut failed {
                         Some(f) => f.unconfirmed += 1,
                         None => {

@@ -575,3 +575,74 @@ async fn redis_down_settles_nothing_and_fail_closed_hands_an_overdraft_back() {
         Some(NOW + 5 * 36_000_000_000)
     );
 }
+
+/// Random checks and after-the-fact charges (no reservation) on a simulated clock: Redis answers
+/// every check as the in-process policy does, so a charge moves the Redis state as
+/// `Policy::charge` moves the in-process one (debt included); each charge is one round trip for
+/// all its rules.
+#[tokio::test]
+async fn charges_exactly_as_the_in_process_policy_in_one_round_trip() {
+    let server = RedisServer::start();
+    let mut c = raw(&server).await;
+    let redis = policy(&server, MIXED);
+    let mut config = PolicyConfig::from_toml(MIXED).unwrap();
+    for rule in &mut config.rules {
+        rule.capacity = Some(64);
+    }
+    let local = Policy::with_clock(config, ManualClock::new()).unwrap();
+    let mut rng = StdRng::seed_from_u64(2029);
+    let tenants = ["a", "b"];
+    let routes = ["/x", "/y"];
+    let mut now = NOW + 7_000_000;
+    // Load the settle script first (a script's first call also loads it).
+    let warm = [("tenant", "warm"), ("route", "/x")];
+    redis.charge_at(&warm, now, 1).await.unwrap();
+    local.charge_at(&warm, now, 1);
+    let (mut allowed, mut denied, mut charged) = (0, 0, 0);
+    for step in 0..400 {
+        now += rng.random_range(0..=2_000_000u64) * 1000; // whole µs
+        let request = [
+            ("tenant", tenants[rng.random_range(0..2)]),
+            ("route", routes[rng.random_range(0..2)]),
+        ];
+        if rng.random_range(0..3) == 0 {
+            let cost = rng.random_range(0..=14u64);
+            let want = local.charge_at(&request, now, cost);
+            let before = round_trips(&mut c).await;
+            let got = redis.charge_at(&request, now, cost).await.unwrap();
+            let trips = round_trips(&mut c).await - before;
+            assert_eq!(got, want, "step {step}");
+            assert_eq!(got.rules, 4);
+            assert_eq!(
+                trips,
+                u64::from(cost > 0),
+                "step {step}: one call for four rules"
+            );
+            charged += u64::from(cost > 0);
+        } else {
+            let cost = rng.random_range(1..=4u64);
+            let want = local.check_at(&request, now, cost).unwrap();
+            let (got, _) = redis.check_at(&request, now, cost).await.unwrap();
+            assert_eq!(
+                got.is_allowed(),
+                want.is_allowed(),
+                "step {step}: {request:?}"
+            );
+            assert_eq!(got.rule, want.rule, "step {step}");
+            assert_eq!(
+                got.decision.remaining(),
+                want.decision.remaining(),
+                "step {step}"
+            );
+            if want.is_allowed() {
+                allowed += 1;
+            } else {
+                denied += 1;
+            }
+        }
+    }
+    assert!(
+        allowed > 100 && denied > 20 && charged > 80,
+        "{allowed} {denied} {charged}"
+    );
+}
