@@ -62,9 +62,11 @@ impl RateLimitService for Rls {
                     .iter()
                     .map(|e| (e.key.as_str(), e.value.as_str()))
                     .collect();
-                // A descriptor's own hits_addend wins over the request's; 0 means 1, as in Envoy.
-                let cost = d.hits_addend.as_ref().map_or(hits, |h| h.value);
-                (entries, cost.max(1))
+                // A descriptor's own hits_addend wins over the request's, whose 0 (unset) means
+                // 1, as in Envoy. A descriptor's explicit 0 stays 0: a charge of nothing (a
+                // decision takes at least one unit).
+                let cost = d.hits_addend.as_ref().map_or(hits.max(1), |h| h.value);
+                (entries, cost)
             })
             .collect();
         let answer = match self.limiter.check(&req.domain, &descriptors).await {

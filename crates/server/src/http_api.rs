@@ -3,7 +3,8 @@
 //!
 //! `POST /v1/check` takes
 //! `{"domain":"edge","descriptors":[{"entries":{"remote_address":"192.0.2.1"},"hits_addend":1}],"hits_addend":1}`
-//! (`hits_addend` optional at both levels, 0 meaning 1) and answers `200` when every descriptor
+//! (`hits_addend` optional at both levels; the request's 0 means 1, a descriptor's 0 is a decision
+//! of one unit or, in a charge ([`crate::charge`]), a charge of nothing) and answers `200` when every descriptor
 //! is within its limits, `429` when any is over (a descriptor whose cost no rule can ever admit is
 //! `OVER_LIMIT` with `"cost_too_large":true` and adds no `Retry-After`), `404` for an unknown
 //! domain, `400` for a malformed request, `415` without a JSON `content-type` and `413` over
@@ -189,7 +190,8 @@ fn rejected(e: &axum::extract::rejection::JsonRejection) -> axum::response::Resp
     error(status, &e.body_text())
 }
 
-/// Each descriptor's entries and cost (its own `hits_addend`, else `default`; 0 meaning 1).
+/// Each descriptor's entries and cost (its own `hits_addend`, else `default`, whose 0 means 1; a
+/// descriptor's explicit 0 stays 0: a charge of nothing, a decision of one unit).
 fn entries(descriptors: &[JsonDescriptor], default: u64) -> Vec<(Vec<(&str, &str)>, u64)> {
     descriptors
         .iter()
@@ -199,7 +201,7 @@ fn entries(descriptors: &[JsonDescriptor], default: u64) -> Vec<(Vec<(&str, &str
                 .iter()
                 .map(|(k, v)| (k.as_str(), v.as_str()))
                 .collect();
-            (entries, d.hits_addend.unwrap_or(default).max(1))
+            (entries, d.hits_addend.unwrap_or(default.max(1)))
         })
         .collect()
 }

@@ -29,6 +29,7 @@
 //!   several rules, and the fail-open/closed answer while Redis is down).
 
 pub mod app;
+pub mod charge;
 pub mod config;
 pub mod grpc;
 pub mod http_api;

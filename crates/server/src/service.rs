@@ -14,6 +14,7 @@ use tollgate_http::headers::{RATELIMIT, RATELIMIT_POLICY, seconds_value};
 use tollgate_http::{EdgeVerdict, PolicyFields};
 use tollgate_policy::{Explanation, Policy, PreparedReload, RedisPolicy};
 
+use crate::charge;
 use crate::config::{Backend, DescriptorMode, ServerConfig};
 use crate::redis_backend::{self, Connections};
 use crate::reservations::{Full, NotOpen, Reservations};
@@ -199,17 +200,21 @@ impl LiveDomains {
         descriptors: &[(Vec<(&str, &str)>, u64)],
     ) -> Result<Answer, RequestError> {
         validate(domain, descriptors)?;
+        let charges = charge::any_charge(descriptors)?;
         let dom = {
             let domains = self.domains.load();
             let Some(dom) = domains.get(domain) else {
                 return Err(RequestError::UnknownDomain(domain.to_owned()));
             };
-            if let DomainPolicy::Embedded(policy) = &dom.policy {
+            if let (DomainPolicy::Embedded(policy), false) = (&dom.policy, charges) {
                 return Ok(embedded(domain, dom, policy, descriptors));
             }
             // Held across the Redis calls: a reload meanwhile does not pull the rules away.
             Arc::clone(dom)
         };
+        if charges {
+            return Ok(charging(domain, &dom, descriptors).await);
+        }
         Ok(on_redis(&dom, descriptors).await)
     }
 
@@ -231,6 +236,11 @@ impl LiveDomains {
                 "explain takes exactly one descriptor".into(),
             ));
         };
+        if charge::is_charge(entries)? {
+            return Err(RequestError::Malformed(
+                "explain takes a decision, not a charge".into(),
+            ));
+        }
         let domains = self.domains.load();
         let Some(dom) = domains.get(domain) else {
             return Err(RequestError::UnknownDomain(domain.to_owned()));
@@ -295,6 +305,11 @@ impl LiveDomains {
                 "a reservation takes exactly one descriptor".into(),
             )));
         };
+        if charge::is_charge(entries).map_err(ReserveError::Check)? {
+            return Err(ReserveError::Check(RequestError::Malformed(
+                "a reservation takes a decision, not a charge".into(),
+            )));
+        }
         let estimate = (*estimate).max(1);
         let dom = {
             let domains = self.domains.load();
@@ -438,6 +453,39 @@ fn explained(
     (verdict, why)
 }
 
+/// A call with charges ([`crate::charge`]): each charged descriptor charged and answered `OK`, the
+/// others decided together as a call of their own would be, the answers in request order.
+async fn charging(name: &str, dom: &Domain, descriptors: &[(Vec<(&str, &str)>, u64)]) -> Answer {
+    let mut statuses: Vec<Option<EdgeVerdict>> = Vec::with_capacity(descriptors.len());
+    let mut decided = Vec::new();
+    for (entries, cost) in descriptors {
+        // Checked by the caller: no marker has another value.
+        if charge::is_charge(entries).unwrap_or(false) {
+            charge::charge(name, dom, &charge::unmarked(entries), *cost).await;
+            statuses.push(Some(charge::charged_verdict(dom)));
+        } else {
+            decided.push((entries.clone(), *cost));
+            statuses.push(None);
+        }
+    }
+    let mut rest = if decided.is_empty() {
+        Vec::new()
+    } else {
+        let answer = match &dom.policy {
+            DomainPolicy::Embedded(policy) => embedded(name, dom, policy, &decided),
+            DomainPolicy::Redis(_) => on_redis(dom, &decided).await,
+        };
+        answer.statuses
+    }
+    .into_iter();
+    let statuses = statuses
+        .into_iter()
+        // One verdict per decided descriptor, in order.
+        .filter_map(|status| status.or_else(|| rest.next()))
+        .collect();
+    answer(dom, statuses)
+}
+
 /// A Redis domain's answer: each descriptor through its [`RedisPolicy`]. A look at a rule would
 /// cost a round trip, so a denial of more than one unit gets the conservative fields (see
 /// [`tollgate_http::edge`]).
@@ -467,7 +515,8 @@ async fn on_redis(dom: &Domain, descriptors: &[(Vec<(&str, &str)>, u64)]) -> Ans
     answer(dom, statuses)
 }
 
-/// Each descriptor as a policy request: its entries and its cost (0 meaning 1, as in Envoy).
+/// Each descriptor as a policy request: its entries and its cost (0 meaning 1: a decision always
+/// takes at least one unit).
 fn requests<'a>(
     descriptors: &'a [(Vec<(&'a str, &'a str)>, u64)],
 ) -> Vec<(&'a [(&'a str, &'a str)], u64)> {

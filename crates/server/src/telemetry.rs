@@ -35,6 +35,8 @@ pub struct DecisionMetrics {
     requests: [[Counter; 2]; 2],
     /// Indexed by api.
     seconds: [Histogram; 2],
+    /// `tollgate_server_charged_units_total{domain}`: units charged on the response path.
+    charged: Counter,
 }
 
 impl DecisionMetrics {
@@ -49,6 +51,7 @@ impl DecisionMetrics {
         DecisionMetrics {
             requests: [counters(Api::Grpc), counters(Api::Http)],
             seconds: [histogram(Api::Grpc), histogram(Api::Http)],
+            charged: metrics::counter!("tollgate_server_charged_units_total", "domain" => domain.to_owned()),
         }
     }
 
@@ -57,5 +60,10 @@ impl DecisionMetrics {
         let a = api as usize;
         self.requests[a][usize::from(!ok)].increment(1);
         self.seconds[a].record(started.elapsed().as_secs_f64());
+    }
+
+    /// Counts `units` charged on the response path ([`crate::charge`]).
+    pub fn charged(&self, units: u64) {
+        self.charged.increment(units);
     }
 }

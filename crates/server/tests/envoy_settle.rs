@@ -1,13 +1,18 @@
-//! The JSON settle path behind a real Envoy: client -> Envoy (a Lua filter calling
-//! `POST /v1/reserve` before the upstream and `POST /v1/settle` with the upstream's usage header)
-//! -> a loopback upstream shaped like an LLM API (`x-usage-tokens`), with tollgate-server's `llm`
-//! domain holding a per-tenant token budget.
+//! Costs known after the response, behind a real Envoy, both ways tollgate-server offers:
 //!
-//! Envoy runs on `crates/server/examples/envoy/settle.yaml` (the file guides/settle.md points to)
-//! with only its four ports replaced; the server on `settle.toml` with its `[server]` addresses
-//! replaced and the budget on a fixed one-hour window (nothing refills during the test, so every
-//! figure is exact). Envoy is the binary named by `TOLLGATE_ENVOY`; without it the test prints why
-//! and passes, unless `CI=true`. Every process is stopped by PID on drop.
+//! * the JSON settle path: client -> Envoy (a Lua filter calling `POST /v1/reserve` before the
+//!   upstream and `POST /v1/settle` with the upstream's usage header) -> the upstream, on
+//!   `crates/server/examples/envoy/settle.yaml` and `settle.toml`;
+//! * the RLS charge: Envoy's own rate-limit filter checks one unit before the upstream and, when
+//!   the stream is done (`apply_on_stream_done`), sends the usage as `hits_addend` with the entry
+//!   `tollgate=charge`, on `charge.yaml` and `charge.toml`.
+//!
+//! The upstream is shaped like an LLM API (`x-usage-tokens`); the `llm` domain holds a per-tenant
+//! token budget. Envoy runs on the example files (the ones guides/settle.md points to) with only
+//! their four ports replaced; the server on the example's config with its `[server]` addresses
+//! replaced and the budget on a fixed one-hour window (nothing refills during a test, so every
+//! figure is exact). Envoy is the binary named by `TOLLGATE_ENVOY`; without it the tests print why
+//! and pass, unless `CI=true`. Every process is stopped by PID on drop; every wait is bounded.
 
 mod common;
 
@@ -23,6 +28,8 @@ use common::{Server, temp_dir};
 
 const ENVOY_YAML: &str = include_str!("../examples/envoy/settle.yaml");
 const SETTLE_TOML: &str = include_str!("../examples/envoy/settle.toml");
+const CHARGE_YAML: &str = include_str!("../examples/envoy/charge.yaml");
+const CHARGE_TOML: &str = include_str!("../examples/envoy/charge.toml");
 
 fn envoy_binary() -> Option<PathBuf> {
     match std::env::var_os("TOLLGATE_ENVOY").filter(|p| !p.is_empty()) {
@@ -153,13 +160,21 @@ fn get(addr: SocketAddr, headers: &[(&str, &str)]) -> std::io::Result<Reply> {
     })
 }
 
-fn start_envoy(bin: &PathBuf, dir: &std::path::Path, tollgate_http: u16, up: SocketAddr) -> Envoy {
+/// Envoy on `yaml` with its listener (10000), admin (9901), upstream (8000) and tollgate-server
+/// (`tollgate`: the example's port, the test server's) ports replaced.
+fn start_envoy(
+    bin: &PathBuf,
+    dir: &std::path::Path,
+    yaml: &str,
+    tollgate: (u16, u16),
+    up: SocketAddr,
+) -> Envoy {
     let (listen_port, admin_port) = (free_port(), free_port());
-    let mut yaml = ENVOY_YAML.to_owned();
+    let mut yaml = yaml.to_owned();
     for (from, to) in [
         (10000, listen_port),
         (9901, admin_port),
-        (8080, tollgate_http),
+        tollgate,
         (8000, up.port()),
     ] {
         let from = format!("port_value: {from} ");
@@ -213,25 +228,24 @@ fn start_envoy(bin: &PathBuf, dir: &std::path::Path, tollgate_http: u16, up: Soc
     }
 }
 
-/// The example's server config with its addresses left to the harness and the budget on a fixed
-/// one-hour window.
-fn server_config() -> String {
-    let from = SETTLE_TOML
-        .find("[server.reservations]")
-        .expect("the example has [server.reservations]");
+/// An example's server config from `from` on (its `[server]` addresses left to the harness), the
+/// budget on a fixed one-hour window.
+fn server_config(example: &str, from: &str) -> String {
+    let from = example.find(from).expect("the example has its section");
     let rule = "period = \"1m\"";
-    assert_eq!(SETTLE_TOML.matches(rule).count(), 1);
-    SETTLE_TOML[from..].replace(rule, "period = \"1h\"\nalgorithm = \"fixed_window\"")
+    assert_eq!(example.matches(rule).count(), 1);
+    example[from..].replace(rule, "period = \"1h\"\nalgorithm = \"fixed_window\"")
 }
 
 #[test]
 fn envoy_reserves_and_settles_through_the_json_endpoint() {
     let Some(bin) = envoy_binary() else { return };
     let dir = temp_dir("envoy-settle");
-    let server = Server::start(&dir, &server_config());
+    let config = server_config(SETTLE_TOML, "[server.reservations]");
+    let server = Server::start(&dir, &config);
     let seen = Arc::new(AtomicU64::new(0));
     let up = upstream(Arc::clone(&seen));
-    let envoy = start_envoy(&bin, &dir, server.http.port(), up);
+    let envoy = start_envoy(&bin, &dir, ENVOY_YAML, (8080, server.http.port()), up);
     let send = |headers: &[(&str, &str)]| {
         get(envoy.listen, headers).unwrap_or_else(|e| panic!("{e}: {}", envoy.logs()))
     };
@@ -304,4 +318,106 @@ fn the_example_server_config_loads_as_written() {
         .expect("settle.toml parses");
     assert_eq!(config.server.reservations.max_open, 100_000);
     tollgate_server::service::LiveDomains::new(&config).expect("settle.toml builds");
+}
+
+/// `tollgate_server_charged_units_total{domain="llm"}` from the server's `/metrics`.
+fn charged(server: &Server) -> u64 {
+    let (_, _, body) = server.http("GET", "/metrics", "");
+    body.lines()
+        .find(|l| l.starts_with("tollgate_server_charged_units_total{") && l.contains("\"llm\""))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Waits (10 s at most) until the server has charged `units` in all: Envoy sends the stream-done
+/// call after the response, so it may land after the client has read it.
+fn wait_charged(server: &Server, units: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = charged(server);
+        if now == units {
+            return;
+        }
+        assert!(now < units, "charged {now}, more than the {units} expected");
+        assert!(
+            Instant::now() < deadline,
+            "charged {now} of {units} after 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn envoy_charges_the_usage_when_the_stream_is_done() {
+    let Some(bin) = envoy_binary() else { return };
+    let dir = temp_dir("envoy-charge");
+    let server = Server::start(&dir, &server_config(CHARGE_TOML, "[[domains]]"));
+    let seen = Arc::new(AtomicU64::new(0));
+    let up = upstream(Arc::clone(&seen));
+    let envoy = start_envoy(&bin, &dir, CHARGE_YAML, (8081, server.grpc.port()), up);
+    let send = |headers: &[(&str, &str)]| {
+        get(envoy.listen, headers).unwrap_or_else(|e| panic!("{e}: {}", envoy.logs()))
+    };
+
+    // 1 unit checked before the upstream (9 999 left while it runs), 300 charged when done.
+    let r = send(&[("x-tenant", "acme"), ("x-test-tokens", "300")]);
+    assert_eq!((r.status, r.body.as_str()), (200, "ok"), "{}", envoy.logs());
+    assert!(
+        r.header("ratelimit")
+            .is_some_and(|v| v.starts_with("\"tokens\";r=9999;")),
+        "{}",
+        r.head
+    );
+    wait_charged(&server, 300);
+    // 9 699 left: this one is admitted (9 698 while it runs) and uses 9 699, one more than that.
+    let r = send(&[("x-tenant", "acme"), ("x-test-tokens", "9699")]);
+    assert_eq!(r.status, 200, "{}", r.head);
+    assert!(
+        r.header("ratelimit")
+            .is_some_and(|v| v.starts_with("\"tokens\";r=9698;")),
+        "{}",
+        r.head
+    );
+    wait_charged(&server, 9_999);
+    // In debt: refused before the upstream, with the server's fields.
+    let r = send(&[("x-tenant", "acme"), ("x-test-tokens", "1")]);
+    assert_eq!(r.status, 429, "{}", r.head);
+    assert!(r.header("retry-after").is_some(), "{}", r.head);
+    assert_eq!(
+        seen.load(Ordering::SeqCst),
+        2,
+        "the upstream saw the admitted ones only"
+    );
+    // The state: acme's window counted 2 checks + 9 999 charged = 10 001 of 10 000.
+    let (status, _, body) = server.http(
+        "POST",
+        "/v1/check",
+        r#"{"domain":"llm","descriptors":[{"entries":{"tenant":"acme"}}]}"#,
+    );
+    assert_eq!(status, 429, "{body}");
+
+    // No usage header: Envoy leaves the descriptor out, nothing is charged; a later usage is.
+    let r = send(&[("x-tenant", "globex")]);
+    assert_eq!(r.status, 200);
+    let r = send(&[("x-tenant", "globex"), ("x-test-tokens", "40")]);
+    assert_eq!(r.status, 200);
+    wait_charged(&server, 10_039);
+    let (status, head, _) = server.http(
+        "POST",
+        "/v1/check",
+        r#"{"domain":"llm","descriptors":[{"entries":{"tenant":"globex"}}]}"#,
+    );
+    assert_eq!(status, 200);
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("ratelimit: \"tokens\";r=9957;"),
+        "2 checks + 40 charged + this check: {head}"
+    );
+}
+
+#[test]
+fn the_example_charge_config_loads_as_written() {
+    let config = tollgate_server::config::ServerConfig::parse(CHARGE_TOML, false)
+        .expect("charge.toml parses");
+    tollgate_server::service::LiveDomains::new(&config).expect("charge.toml builds");
 }
