@@ -6,7 +6,9 @@
 //! limit is high enough that nearly every request is admitted (the write path, the expensive one).
 //!
 //! * `inflight/keyed`: `KeyedLimiter<u64, Gcra>::check_key` vs `KeyedInFlight<u64>::try_acquire`
-//!   + drop, over 1 024 keys walked from a ring (each thread from its own offset).
+//!   and a drop (`in_flight`: the permit shares the table's `Arc`) and `try_acquire_scoped` and a
+//!   drop (`in_flight_scoped`: the permit borrows the table), over 1 024 keys walked from a ring
+//!   (each thread from its own offset).
 //! * `inflight/single`: `GcraLimiter::check` vs `InFlightLimiter::try_acquire` + drop (one word).
 //! * `inflight/policy`: `Policy::check` on one keyed rate rule vs `Policy::admit` on that rule and
 //!   one keyed concurrency rule (the whole engine path, descriptors included).
@@ -75,6 +77,16 @@ fn keyed(c: &mut Criterion) {
                     for i in start..start + iters {
                         // Taken and dropped at once: a take and a release.
                         black_box(permits.try_acquire(&(i % KEYS), 1).is_ok());
+                    }
+                })
+            });
+        });
+        group.bench_function(BenchmarkId::new("in_flight_scoped", threads), |b| {
+            b.iter_custom(|iters| {
+                run(threads, iters, |start, iters| {
+                    for i in start..start + iters {
+                        // The same, the permit borrowing the table (no shared reference count).
+                        black_box(permits.try_acquire_scoped(&(i % KEYS), 1).is_ok());
                     }
                 })
             });

@@ -5,11 +5,12 @@ import re
 import sys
 
 UNITS = {"ps": 1e-3, "ns": 1.0, "µs": 1e3, "us": 1e3, "ms": 1e6, "s": 1e9}
-CASES = {
-    "inflight/keyed": ("rate", "in_flight"),
-    "inflight/single": ("rate", "in_flight"),
-    "inflight/policy": ("check_rate", "admit_rate_and_in_flight"),
-}
+CASES = [
+    ("inflight/keyed", "rate", "in_flight"),
+    ("inflight/keyed", "rate", "in_flight_scoped"),
+    ("inflight/single", "rate", "in_flight"),
+    ("inflight/policy", "check_rate", "admit_rate_and_in_flight"),
+]
 
 medians = {}
 name = None
@@ -23,12 +24,12 @@ for line in sys.stdin:
         medians[name] = value * UNITS[unit]
         name = None
 
-print("| group | threads | rate case (ns/request) | in-flight case (ns/request) | ratio |")
-print("|---|---|---|---|---|")
-for group, (rate, inflight) in CASES.items():
+print("| group | in-flight case | threads | rate case (ns/request) | in-flight case (ns/request) | ratio |")
+print("|---|---|---|---|---|---|")
+for group, rate, inflight in CASES:
     for threads in (1, 2):
         r = medians.get(f"{group}/{rate}/{threads}")
         f = medians.get(f"{group}/{inflight}/{threads}")
         if r is None or f is None:
             continue
-        print(f"| {group} | {threads} | {r / threads:.1f} | {f / threads:.1f} | {f / r:.2f} |")
+        print(f"| {group} | {inflight} | {threads} | {r / threads:.1f} | {f / threads:.1f} | {f / r:.2f} |")

@@ -219,7 +219,7 @@ trait Table: Send + Sync {
         now: Nanos,
         cost: u64,
         reserve: u64,
-    ) -> Result<Result<KeyPermit, Decision>, CheckError>;
+    ) -> Result<Result<KeyPermit<'static>, Decision>, CheckError>;
     fn in_flight(&self, key: &[u8]) -> u64;
     fn set_algorithm(&self, algorithm: InFlight);
 }
@@ -231,7 +231,7 @@ impl<C: Clock + 'static> Table for Arc<KeyedInFlight<[u8], C>> {
         now: Nanos,
         cost: u64,
         reserve: u64,
-    ) -> Result<Result<KeyPermit, Decision>, CheckError> {
+    ) -> Result<Result<KeyPermit<'static>, Decision>, CheckError> {
         // A reserve of 0 takes the plain path there.
         self.try_acquire_reserving_at(key, now, cost, reserve)
     }
@@ -422,7 +422,7 @@ pub struct Admission {
     pub decision: PolicyDecision,
     denied_by_concurrency: bool,
     next_unit: Option<Duration>,
-    permits: SmallVec<[KeyPermit; 2]>,
+    permits: SmallVec<[KeyPermit<'static>; 2]>,
 }
 
 impl Admission {

@@ -104,7 +104,7 @@ impl<K: ?Sized + 'static, C: Clock + 'static> KeyedInFlight<K, C> {
         self: &Arc<Self>,
         key: &Q,
         cost: u64,
-    ) -> Result<Result<KeyPermit, Decision>, CheckError>
+    ) -> Result<Result<KeyPermit<'static>, Decision>, CheckError>
     where
         K: Borrow<Q>,
         Q: Hash + ?Sized,
@@ -121,7 +121,7 @@ impl<K: ?Sized + 'static, C: Clock + 'static> KeyedInFlight<K, C> {
         key: &Q,
         now: Nanos,
         cost: u64,
-    ) -> Result<Result<KeyPermit, Decision>, CheckError>
+    ) -> Result<Result<KeyPermit<'static>, Decision>, CheckError>
     where
         K: Borrow<Q>,
         Q: Hash + ?Sized,
@@ -158,7 +158,7 @@ impl<K: ?Sized + 'static, C: Clock + 'static> KeyedInFlight<K, C> {
         now: Nanos,
         cost: u64,
         reserve: u64,
-    ) -> Result<Result<KeyPermit, Decision>, CheckError>
+    ) -> Result<Result<KeyPermit<'static>, Decision>, CheckError>
     where
         K: Borrow<Q>,
         Q: Hash + ?Sized,
@@ -175,7 +175,75 @@ impl<K: ?Sized + 'static, C: Clock + 'static> KeyedInFlight<K, C> {
         now: Nanos,
         cost: u64,
         reserve: impl Headroom,
-    ) -> Result<Result<KeyPermit, Decision>, CheckError>
+    ) -> Result<Result<KeyPermit<'static>, Decision>, CheckError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + ?Sized,
+    {
+        self.take_key(key, now, cost, reserve, || {
+            Owner::Shared(Arc::clone(self) as Arc<dyn GiveBack>)
+        })
+    }
+
+    /// [`try_acquire`](Self::try_acquire) for a permit that borrows the table rather than sharing
+    /// it: no reference count to bump and drop, which every take and release would otherwise write
+    /// on one cache line shared by every thread (the table's `Arc`). For a permit held within a
+    /// scope, or from a table that lives for the whole program (a `&'static` table gives a
+    /// `KeyPermit<'static>`).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate_sharded::KeyedInFlight;
+    /// let limits = KeyedInFlight::<str>::new(1, Duration::from_secs(30), 100)?;
+    /// {
+    ///     let _permit = limits.try_acquire_scoped("alice", 1)?.expect("free");
+    ///     assert!(limits.try_acquire_scoped("alice", 1)?.is_err());
+    /// }
+    /// assert!(limits.try_acquire_scoped("alice", 1)?.is_ok());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`try_acquire`](Self::try_acquire).
+    pub fn try_acquire_scoped<Q>(
+        &self,
+        key: &Q,
+        cost: u64,
+    ) -> Result<Result<KeyPermit<'_>, Decision>, CheckError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + ?Sized,
+    {
+        self.try_acquire_scoped_at(key, self.table.now(), cost)
+    }
+
+    /// [`try_acquire_scoped`](Self::try_acquire_scoped) at `now` (nanoseconds on the table's
+    /// clock).
+    ///
+    /// # Errors
+    /// As [`try_acquire`](Self::try_acquire).
+    pub fn try_acquire_scoped_at<Q>(
+        &self,
+        key: &Q,
+        now: Nanos,
+        cost: u64,
+    ) -> Result<Result<KeyPermit<'_>, Decision>, CheckError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + ?Sized,
+    {
+        self.take_key(key, now, cost, Plain, || Owner::Borrowed(self))
+    }
+
+    /// The take for `key`, and its permit from `owner` when admitted.
+    fn take_key<'a, Q>(
+        &self,
+        key: &Q,
+        now: Nanos,
+        cost: u64,
+        reserve: impl Headroom,
+        owner: impl FnOnce() -> Owner<'a>,
+    ) -> Result<Result<KeyPermit<'a>, Decision>, CheckError>
     where
         K: Borrow<Q>,
         Q: Hash + ?Sized,
@@ -186,7 +254,7 @@ impl<K: ?Sized + 'static, C: Clock + 'static> KeyedInFlight<K, C> {
             return Ok(Err(decision));
         }
         Ok(Ok(KeyPermit {
-            owner: Arc::clone(self) as Arc<dyn GiveBack>,
+            owner: owner(),
             place,
             landed,
             taken_at: now,
@@ -375,10 +443,19 @@ impl<K: ?Sized, C> fmt::Debug for KeyedInFlight<K, C> {
     }
 }
 
+/// What a permit gives its units back to: the table it shares ([`KeyedInFlight::try_acquire`]) or
+/// borrows ([`KeyedInFlight::try_acquire_scoped`]).
+enum Owner<'a> {
+    Shared(Arc<dyn GiveBack>),
+    Borrowed(&'a dyn GiveBack),
+}
+
 /// Units a key holds in a [`KeyedInFlight`], given back exactly once, when this is dropped.
+/// `KeyPermit<'static>` shares the table ([`KeyedInFlight::try_acquire`]); a shorter lifetime
+/// borrows it ([`KeyedInFlight::try_acquire_scoped`]).
 #[must_use = "dropping a permit releases it at once"]
-pub struct KeyPermit {
-    owner: Arc<dyn GiveBack>,
+pub struct KeyPermit<'a> {
+    owner: Owner<'a>,
     place: Place,
     landed: Landed,
     taken_at: Nanos,
@@ -386,7 +463,7 @@ pub struct KeyPermit {
     decision: Decision,
 }
 
-impl KeyPermit {
+impl KeyPermit<'_> {
     /// The admission (`remaining`: units the key may still take).
     pub fn decision(&self) -> Decision {
         self.decision
@@ -409,14 +486,17 @@ impl KeyPermit {
     }
 }
 
-impl Drop for KeyPermit {
+impl Drop for KeyPermit<'_> {
     fn drop(&mut self) {
-        self.owner
-            .release(self.place, self.landed, self.taken_at, self.cost);
+        let owner: &dyn GiveBack = match &self.owner {
+            Owner::Shared(owner) => owner.as_ref(),
+            Owner::Borrowed(owner) => *owner,
+        };
+        owner.release(self.place, self.landed, self.taken_at, self.cost);
     }
 }
 
-impl fmt::Debug for KeyPermit {
+impl fmt::Debug for KeyPermit<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyPermit")
             .field("taken_at", &self.taken_at)
