@@ -7,7 +7,7 @@
 //! (`format: "%RESP(x-usage-tokens)%"`), and ignores the answer. Nothing in that call says it comes after the response, so the entry
 //! does: a `generic_key` action with `descriptor_key: tollgate` and `descriptor_value: charge` in
 //! that `rate_limits` entry. Such a descriptor, with the marker entry taken out, is charged its
-//! `hits_addend` in every rule that applies to it ([`Policy::charge`]): a key with nothing left
+//! `hits_addend` in every rule that applies to it ([`Policy::charge`](tollgate_policy::Policy::charge)): a key with nothing left
 //! goes into debt, and its next request-path calls are denied until the overdraft has refilled.
 //! An explicit `hits_addend` of 0 (no usage) charges nothing. The descriptor's answer is `OK`,
 //! with no fields.
@@ -25,7 +25,8 @@ use tollgate_core::Decision;
 use tollgate_http::EdgeVerdict;
 use tollgate_policy::{Charged, PolicyDecision};
 
-use crate::service::{Domain, DomainPolicy, RequestError};
+use crate::domain::{Domain, DomainPolicy};
+use crate::request::RequestError;
 
 /// The key of the entry that makes a descriptor a charge.
 pub const CHARGE_KEY: &str = "tollgate";

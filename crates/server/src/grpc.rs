@@ -23,7 +23,9 @@ use tonic::codegen::Service;
 use tonic::server::NamedService;
 use tonic::{Request, Response, Status};
 
-use crate::service::{Answer, LiveDomains, RequestError};
+use crate::answer::Answer;
+use crate::request::RequestError;
+use crate::service::LiveDomains;
 use crate::telemetry::Api;
 
 pub use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
@@ -92,8 +94,8 @@ impl RateLimitService for Rls {
 }
 
 /// The most bytes one request message may have (tonic's default decoding limit, stated): larger
-/// ones are answered `RESOURCE_EXHAUSTED`. A request at [`MAX_DESCRIPTORS`](crate::service::MAX_DESCRIPTORS)
-/// descriptors of [`MAX_ENTRIES`](crate::service::MAX_ENTRIES) entries fits with kilobytes per
+/// ones are answered `RESOURCE_EXHAUSTED`. A request at [`MAX_DESCRIPTORS`](crate::request::MAX_DESCRIPTORS)
+/// descriptors of [`MAX_ENTRIES`](crate::request::MAX_ENTRIES) entries fits with kilobytes per
 /// entry to spare.
 pub const MAX_REQUEST_BYTES: usize = 4 << 20;
 

@@ -54,8 +54,10 @@ use serde::{Deserialize, Serialize};
 use tollgate_core::Decision;
 use tollgate_http::EdgeVerdict;
 
+use crate::request::RequestError;
 use crate::reservations::NotOpen;
-use crate::service::{LiveDomains, RequestError, ReserveError};
+use crate::reserve::ReserveError;
+use crate::service::LiveDomains;
 
 /// What the HTTP handlers share.
 #[derive(Clone)]
@@ -225,7 +227,7 @@ fn request_error(e: RequestError) -> axum::response::Response {
 /// An answer as `/v1/check` renders it (recorded in the decision metrics): its status, headers
 /// and body.
 fn rendered(
-    answer: &crate::service::Answer,
+    answer: &crate::answer::Answer,
     started: Instant,
 ) -> (StatusCode, HeaderMap, serde_json::Value) {
     answer

@@ -4,7 +4,7 @@
 //! tollgate-policy [`Policy`](tollgate_policy::Policy) per Envoy domain.
 //!
 //! * Each `RateLimitDescriptor` is one policy check (entries -> descriptors, cost = its
-//!   `hits_addend`, else the request's, 0 meaning 1). Every rule that applies to a descriptor is
+//!   `hits_addend`, else the request's, 0 meaning 1; see [`request`] for what a call may carry). Every rule that applies to a descriptor is
 //!   decided as one; the descriptors of one call are decided as one too (a call over the limit
 //!   anywhere consumes nothing), or independently with `descriptors = "independent"`, at one
 //!   clock reading (see [`service::LiveDomains::check`]).
@@ -17,9 +17,10 @@
 //!   `failure_mode_deny` then decides; the server keeps serving).
 //! * The response carries `RateLimit`, `RateLimit-Policy` and, when over the limit, `Retry-After`
 //!   (text from tollgate-http, the fields' one home) for Envoy to add.
-//! * Costs known only after the response (LLM tokens, rows, bytes), which an RLS call cannot
-//!   report back: `POST /v1/reserve` reserves an estimate and answers an id, `POST /v1/settle`
-//!   settles the actual cost ([`http_api`], held in a bounded table that settles an expired
+//! * Costs known only after the response (LLM tokens, rows, bytes): Envoy's call when a stream is
+//!   done, its descriptors marked `tollgate=charge`, is charged rather than decided ([`charge`]);
+//!   or `POST /v1/reserve` reserves an estimate and answers an id, `POST /v1/settle` settles the
+//!   actual cost ([`reserve`], [`http_api`], held in a bounded table that settles an expired
 //!   reservation at its estimate: [`reservations`]).
 //! * Its load client is a lab tool: `cargo run --release -p tollgate-lab --bin rls-load`.
 //! * The gRPC port speaks TLS, or mutual TLS with a client CA, when `[server.tls]` says so
@@ -28,13 +29,18 @@
 //!   local leases, shared by every replica; see [`redis_backend`] for keys, what holds across
 //!   several rules, and the fail-open/closed answer while Redis is down).
 
+pub mod answer;
 pub mod app;
+pub mod backend;
 pub mod charge;
 pub mod config;
+pub mod domain;
 pub mod grpc;
 pub mod http_api;
 pub mod redis_backend;
+pub mod request;
 pub mod reservations;
+pub mod reserve;
 pub mod service;
 pub mod telemetry;
 pub mod tls;

@@ -24,7 +24,8 @@ use tollgate_redis::{
     BreakerConfig, ConnectOptions, Connection, Durability, FaultPolicy, LeaseConfig, RedisConfig,
 };
 
-use crate::config::{Backend, FailMode, RedisBackend, RedisMode, ServerConfig, redacted_url};
+use crate::backend::{Backend, FailMode, RedisBackend, RedisMode, redacted_url};
+use crate::config::ServerConfig;
 
 /// Connections by (URL, timeout, AUTH and TLS options), shared by every domain and kept across
 /// reloads (so a reload that keeps them keeps the connection; a changed URL, or a rotated password,

@@ -23,7 +23,7 @@ use std::time::Instant;
 use tollgate_policy::Reservation;
 
 use crate::config::ReservationLimits;
-use crate::service::Domain;
+use crate::domain::Domain;
 
 /// An open reservation, as [`Reservations::take`] hands it back to be settled.
 pub struct Open {

@@ -7,7 +7,8 @@ use axum::body::Body;
 use http::Request;
 use tollgate_server::config::ServerConfig;
 use tollgate_server::http_api::{HttpState, router};
-use tollgate_server::service::{EXPLAIN_TARGET, LiveDomains, RequestError};
+use tollgate_server::request::RequestError;
+use tollgate_server::service::{EXPLAIN_TARGET, LiveDomains};
 use tower::ServiceExt;
 
 const CONFIG: &str = r#"
