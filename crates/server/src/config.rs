@@ -409,12 +409,12 @@ impl ServerConfig {
     ///
     /// # Errors
     /// What [`load`](Self::load) refuses, naming the domain, rule and field.
-    pub fn check(path: &Path) -> Result<String, ConfigFileError> {
+    pub fn normalized_toml(path: &Path) -> Result<String, ConfigFileError> {
         let config = Self::load(path)?.normalized()?;
         toml::to_string(&config).map_err(|e| ConfigFileError::Invalid(e.to_string()))
     }
 
-    /// This config with every default spelled out (see [`check`](Self::check)).
+    /// This config with every default spelled out (see [`normalized_toml`](Self::normalized_toml)).
     ///
     /// # Errors
     /// A domain whose policy does not validate.

@@ -55,7 +55,7 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let config = match (cli.command, cli.config) {
         (Some(Command::Check { config }), _) => {
-            return match tollgate_server::config::ServerConfig::check(&config) {
+            return match tollgate_server::config::ServerConfig::normalized_toml(&config) {
                 Ok(text) => {
                     print!("{text}");
                     std::process::ExitCode::SUCCESS

@@ -18,6 +18,25 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! # One verb family
+//!
+//! Every limiter in the workspace decides with the same verbs, and each verb means one thing:
+//!
+//! | verb | what it does | on |
+//! |---|---|---|
+//! | `check` | decides a request of some cost and, when admitted, counts it; a denial writes nothing | [`Limiter::check`] / `check_n` (every core algorithm), `KeyedLimiter::check_key`, `StripedLimiter::check`, the Redis limiters' `check`, `Policy::check` |
+//! | `peek` | the same decision, counting nothing | [`Limiter::peek`], `KeyedLimiter::peek_key`, `Policy::peek_rule_at` |
+//! | `try_acquire` | takes an in-flight permit, given back when the permit drops | `InFlightLimiter`, `KeyedInFlight` (`_scoped`: a permit that borrows the table) |
+//! | `admit` | checks rate rules and takes in-flight permits as one | `Policy::admit` |
+//! | `reserve`, `settle`, `charge` | costs known after the response: take an estimate, bring it to the actual cost; or charge after the fact | `Policy`, `RedisPolicy` |
+//! | `decide` | an edge's verdict (status, `Retry-After`, `RateLimit` fields) from a check | `EdgeVerdict::decide`, `PolicyEdge::decide` (feature `http`) |
+//! | `validate` | a config's checks; decides nothing | `PolicyConfig::validate`, the server's config |
+//!
+//! Suffixes say how: `_at` takes the time (nanoseconds on the limiter's clock) instead of reading
+//! the clock; `_key` names the key of a keyed table; `_all` decides several requests as one;
+//! `_next` also answers the `RateLimit` field's `t`; `_detailed` answers each rule's outcome; a
+//! `try_` on a Redis call answers the store's error instead of applying the fail policy.
+//!
 //! The guides, each a file under `guides/` in the repository, are rendered in [`guide`].
 #![forbid(unsafe_code)]
 
