@@ -7,9 +7,9 @@
 //! * With the replica stopped (SIGKILL by PID), a durable admission answers `NotReplicated` once
 //!   the `WAIT` timeout has passed (and not much later), leaves the units spent on the primary, and
 //!   does not open the circuit breaker (the primary answers).
-//! * A bounded failover (8 runs: kill -9 of the primary under load from 4 tasks, the replica
-//!   promoted): in durable mode no acknowledged admission is lost; in the default mode the loss is
-//!   printed, not asserted (it depends on timing).
+//! * A bounded failover (13 runs: kill -9 of the primary under load from 4 tasks, the replica
+//!   promoted): in durable mode (10 runs) no acknowledged admission is lost; in the default mode (3
+//!   runs) the loss is printed, not asserted (it depends on timing).
 
 mod common;
 
@@ -185,7 +185,8 @@ async fn failover_once(durability: Option<Durability>, kill_after: u64) -> (u64,
 async fn no_acknowledged_admission_is_lost_in_a_failover_in_durable_mode() {
     let durable = Durability::new(1, Duration::from_millis(500));
     let started = Instant::now();
-    for (run, kill_after) in [40, 150, 300, 500, 800].into_iter().enumerate() {
+    let kill_points = [40, 100, 150, 250, 300, 400, 500, 600, 700, 800];
+    for (run, kill_after) in kill_points.into_iter().enumerate() {
         let (acked, held) = failover_once(Some(durable), kill_after).await;
         eprintln!("durable run {run}: {acked} acknowledged, the promoted replica holds {held}");
         assert!(acked >= kill_after);
@@ -202,5 +203,5 @@ async fn no_acknowledged_admission_is_lost_in_a_failover_in_durable_mode() {
             acked.saturating_sub(held)
         );
     }
-    eprintln!("8 failovers in {:?}", started.elapsed());
+    eprintln!("13 failovers in {:?}", started.elapsed());
 }
