@@ -46,7 +46,6 @@ WORKERS=${WORKERS-1}
 KEYS=${KEYS:-100}
 OUT=${OUT:-$here/raw}
 LIMITADOR=${LIMITADOR:-/work/peers/limitador/target/release/limitador-server}
-mkdir -p "$OUT"
 
 all_rows=(tollgate_embedded tollgate_per_request tollgate_lease tollgate_durable
   limitador_memory limitador_redis limitador_redis_cached)
@@ -61,6 +60,8 @@ done
 case " ${rows[*]} " in
   *" limitador_"*) [ -x "$LIMITADOR" ] || { echo "no limitador-server at $LIMITADOR" >&2; exit 2; } ;;
 esac
+
+mkdir -p "$OUT"
 
 # Each call's three descriptors (rls-load --descriptor-set, in this order); tollgate_*.toml and
 # limitador.yaml count one limit on each.
