@@ -3,7 +3,7 @@
 //!
 //! | tool | what it measures | command (from the workspace root) | results |
 //! | --- | --- | --- | --- |
-//! | [`rls_load`] | an Envoy RLS v3 server (tollgate-server): calls/s, latency, CPU per call | `cargo run --release -p tollgate-lab --bin rls-load -- --target http://127.0.0.1:8081` | `results/server/run.sh` |
+//! | [`rls_load`] | an Envoy RLS v3 server (tollgate-server): calls/s, latency, CPU per call | `cargo run --release -p tollgate-lab --bin rls-load -- --target http://127.0.0.1:8081` | `results/server/run.sh`, `results/fleet/run.sh` |
 //! | [`herd`] | retry strategies after a shared failure: the work a rate-limited server absorbs, the last client's wait | `cargo run -p tollgate-lab --bin herd` | `results/herd/` |
 //! | `redis-bench` | the Redis limiters: decisions/s, latency, the lease mode's accuracy | `cargo run --release -p tollgate-lab --bin redis-bench` | `results/redis/` |
 //! | `cluster-bench` | the same on a 3+3 Redis Cluster beside a single Redis | `cargo run --release -p tollgate-lab --bin cluster-bench` | `results/redis-cluster/run.sh` |

@@ -15,9 +15,11 @@
 //! Closed loop: a slow answer delays the task's next call, so the percentiles are the service
 //! time under that concurrency (no coordinated-omission correction applies to a closed loop).
 //!
-//! Each call carries one descriptor built from `--descriptor key=value` entries (in order); a
-//! value's `{key}` is replaced by the call's key index, cycling through `0..--keys`, so `--keys N`
-//! spreads the load over N limiter keys.
+//! Each call carries one descriptor built from `--descriptor key=value` entries (in order), or,
+//! with `--descriptor-set k=v,k=v` repeated, one descriptor per `--descriptor-set` (in order), as
+//! Envoy sends one descriptor per `rate_limits` action of a route. A value's `{key}` is replaced by
+//! the call's key index, cycling through `0..--keys`, so `--keys N` spreads the load over N
+//! limiter keys (every descriptor of a call gets the same index).
 //!
 //! The report also gives the CPU time this client and (with `--server-pid`) the server spent over
 //! the window, from `/proc/<pid>/stat`: on a machine the two share, the server's CPU per call is
@@ -68,6 +70,15 @@ pub struct LoadArgs {
     /// the key index). Default: `remote_address=10.0.0.{key}`.
     #[arg(long = "descriptor", value_name = "KEY=VALUE")]
     pub descriptor: Vec<String>,
+    /// One whole descriptor, its entries `key=value` separated by `,` (so a value cannot hold a
+    /// `,`); repeat for several descriptors per call, sent in the order given. `{key}` as in
+    /// `--descriptor`. Not together with `--descriptor`.
+    #[arg(
+        long = "descriptor-set",
+        value_name = "KEY=VALUE[,KEY=VALUE...]",
+        conflicts_with = "descriptor"
+    )]
+    pub descriptor_set: Vec<String>,
     /// `RateLimitRequest.hits_addend` (0 means 1).
     #[arg(long, default_value_t = 0)]
     pub hits: u32,
@@ -173,8 +184,11 @@ pub struct LoadReport {
     pub threads: usize,
     /// Distinct key indices.
     pub keys: u64,
-    /// The descriptor's entries as given.
+    /// The `--descriptor` entries as given (the default one when neither `--descriptor` nor
+    /// `--descriptor-set` is given; empty with `--descriptor-set`).
     pub descriptor: Vec<String>,
+    /// The `--descriptor-set` descriptors as given, one per descriptor of each call.
+    pub descriptor_sets: Vec<String>,
     /// Warm-up seconds (not measured).
     pub warmup_s: f64,
     /// The measured window in seconds.
@@ -294,54 +308,91 @@ struct EntryTemplate {
     pieces: Vec<String>,
 }
 
+/// One descriptor's entry templates, in order.
+type DescriptorTemplate = Vec<EntryTemplate>;
+
 const DEFAULT_DESCRIPTOR: &str = "remote_address=10.0.0.{key}";
 
-fn parse_entries(given: &[String]) -> Result<Vec<EntryTemplate>, LoadError> {
-    let default = [DEFAULT_DESCRIPTOR.to_owned()];
-    let given = if given.is_empty() {
-        &default[..]
-    } else {
-        given
-    };
-    given
-        .iter()
-        .map(|s| {
-            let (key, value) = s
-                .split_once('=')
-                .ok_or_else(|| LoadError::Args(format!("descriptor `{s}` is not key=value")))?;
-            if key.is_empty() {
-                return Err(LoadError::Args(format!(
-                    "descriptor `{s}` has an empty key"
-                )));
-            }
-            Ok(EntryTemplate {
-                key: key.to_owned(),
-                pieces: value.split("{key}").map(str::to_owned).collect(),
-            })
-        })
-        .collect()
+/// One `key=value` entry.
+fn parse_entry(s: &str) -> Result<EntryTemplate, LoadError> {
+    let (key, value) = s
+        .split_once('=')
+        .ok_or_else(|| LoadError::Args(format!("descriptor `{s}` is not key=value")))?;
+    if key.is_empty() {
+        return Err(LoadError::Args(format!(
+            "descriptor `{s}` has an empty key"
+        )));
+    }
+    Ok(EntryTemplate {
+        key: key.to_owned(),
+        pieces: value.split("{key}").map(str::to_owned).collect(),
+    })
 }
 
-/// The request for key index `index`.
+/// The `--descriptor` entries (the default one when none is given) as one descriptor.
+fn parse_entries(given: &[String]) -> Result<DescriptorTemplate, LoadError> {
+    if given.is_empty() {
+        return Ok(vec![parse_entry(DEFAULT_DESCRIPTOR)?]);
+    }
+    given.iter().map(|s| parse_entry(s)).collect()
+}
+
+/// Each call's descriptors: one per `--descriptor-set` (its entries split at `,`), or the one
+/// `--descriptor` builds. `--keys` above 1 needs `{key}` in some value, or every key index would
+/// be the same request.
+fn parse_descriptors(
+    entries: &[String],
+    sets: &[String],
+    keys: u64,
+) -> Result<Vec<DescriptorTemplate>, LoadError> {
+    let descriptors = if sets.is_empty() {
+        vec![parse_entries(entries)?]
+    } else {
+        if !entries.is_empty() {
+            return Err(LoadError::Args(
+                "--descriptor and --descriptor-set do not go together".into(),
+            ));
+        }
+        sets.iter()
+            .map(|set| {
+                if set.is_empty() {
+                    return Err(LoadError::Args("an empty --descriptor-set".into()));
+                }
+                set.split(',').map(parse_entry).collect()
+            })
+            .collect::<Result<_, _>>()?
+    };
+    if keys > 1 && descriptors.iter().flatten().all(|t| t.pieces.len() == 1) {
+        return Err(LoadError::Args(
+            "--keys > 1 needs `{key}` in a descriptor value".into(),
+        ));
+    }
+    Ok(descriptors)
+}
+
+/// The request for key index `index`: one descriptor per template, in order.
 fn build_request(
     domain: &str,
-    entries: &[EntryTemplate],
+    descriptors: &[DescriptorTemplate],
     hits: u32,
     index: u64,
 ) -> RateLimitRequest {
     let index = index.to_string();
     RateLimitRequest {
         domain: domain.to_owned(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: entries
-                .iter()
-                .map(|t| Entry {
-                    key: t.key.clone(),
-                    value: t.pieces.join(&index),
-                })
-                .collect(),
-            ..Default::default()
-        }],
+        descriptors: descriptors
+            .iter()
+            .map(|entries| RateLimitDescriptor {
+                entries: entries
+                    .iter()
+                    .map(|t| Entry {
+                        key: t.key.clone(),
+                        value: t.pieces.join(&index),
+                    })
+                    .collect(),
+                ..Default::default()
+            })
+            .collect(),
         hits_addend: hits,
     }
 }
@@ -355,7 +406,7 @@ enum Caller {
     Tonic {
         client: RateLimitServiceClient<Channel>,
         domain: Arc<str>,
-        entries: Arc<[EntryTemplate]>,
+        descriptors: Arc<[DescriptorTemplate]>,
         hits: u32,
     },
     H2 {
@@ -373,10 +424,10 @@ impl Caller {
             Caller::Tonic {
                 client,
                 domain,
-                entries,
+                descriptors,
                 hits,
             } => {
-                let request = build_request(domain, entries, *hits, index);
+                let request = build_request(domain, descriptors, *hits, index);
                 client
                     .should_rate_limit(request)
                     .await
@@ -496,7 +547,7 @@ fn grpc_frame(request: &RateLimitRequest) -> Result<Bytes, LoadError> {
 async fn connect(
     args: &LoadArgs,
     channels: usize,
-    entries: &[EntryTemplate],
+    descriptors: &[DescriptorTemplate],
 ) -> Result<Vec<Caller>, LoadError> {
     let connect_error = |e: &dyn fmt::Display| LoadError::Connect(format!("{}: {e}", args.target));
     let mut callers = Vec::with_capacity(channels);
@@ -506,14 +557,14 @@ async fn connect(
                 .map_err(|e| LoadError::Args(format!("--target: {e}")))?
                 .tcp_nodelay(true)
                 .connect_timeout(Duration::from_secs(5));
-            let (domain, entries): (Arc<str>, Arc<[EntryTemplate]>) =
-                (args.domain.as_str().into(), entries.into());
+            let (domain, descriptors): (Arc<str>, Arc<[DescriptorTemplate]>) =
+                (args.domain.as_str().into(), descriptors.into());
             for _ in 0..channels {
                 let channel: Channel = endpoint.connect().await.map_err(|e| connect_error(&e))?;
                 callers.push(Caller::Tonic {
                     client: RateLimitServiceClient::new(channel),
                     domain: Arc::clone(&domain),
-                    entries: Arc::clone(&entries),
+                    descriptors: Arc::clone(&descriptors),
                     hits: args.hits,
                 });
             }
@@ -539,7 +590,7 @@ async fn connect(
                 .build()
                 .map_err(|e| LoadError::Args(format!("--target: {e}")))?;
             let frames: Arc<[Bytes]> = (0..args.keys)
-                .map(|i| grpc_frame(&build_request(&args.domain, entries, args.hits, i)))
+                .map(|i| grpc_frame(&build_request(&args.domain, descriptors, args.hits, i)))
                 .collect::<Result<_, _>>()?;
             let addr = format!(
                 "{}:{}",
@@ -634,17 +685,12 @@ async fn drive(args: &LoadArgs, threads: usize) -> Result<LoadReport, LoadError>
     if args.duration.is_zero() {
         return Err(LoadError::Args("--duration must be positive".into()));
     }
-    let entries = parse_entries(&args.descriptor)?;
-    if args.keys > 1 && entries.iter().all(|t| t.pieces.len() == 1) {
-        return Err(LoadError::Args(
-            "--keys > 1 needs `{key}` in a --descriptor value".into(),
-        ));
-    }
+    let descriptors = parse_descriptors(&args.descriptor, &args.descriptor_set, args.keys)?;
     let channels = args.channels.unwrap_or(args.streams.min(4));
     if channels == 0 {
         return Err(LoadError::Args("--channels must be at least 1".into()));
     }
-    let callers = connect(args, channels, &entries).await?;
+    let callers = connect(args, channels, &descriptors).await?;
 
     let start = Instant::now();
     let measure_from = start + args.warmup;
@@ -737,11 +783,12 @@ async fn drive(args: &LoadArgs, threads: usize) -> Result<LoadReport, LoadError>
         client: args.client,
         threads,
         keys: args.keys,
-        descriptor: if args.descriptor.is_empty() {
+        descriptor: if args.descriptor.is_empty() && args.descriptor_set.is_empty() {
             vec![DEFAULT_DESCRIPTOR.to_owned()]
         } else {
             args.descriptor.clone()
         },
+        descriptor_sets: args.descriptor_set.clone(),
         warmup_s: args.warmup.as_secs_f64(),
         duration_s: secs,
         calls,
@@ -788,14 +835,14 @@ mod tests {
     #[test]
     fn descriptor_templates_substitute_the_key_index() {
         let entries = parse_entries(&["route=/api".into(), "user=u{key}-{key}".into()]).unwrap();
-        let r = build_request("edge", &entries, 3, 42);
+        let r = build_request("edge", &[entries], 3, 42);
         assert_eq!(r.domain, "edge");
         assert_eq!(r.hits_addend, 3);
         let e = &r.descriptors[0].entries;
         assert_eq!((e[0].key.as_str(), e[0].value.as_str()), ("route", "/api"));
         assert_eq!((e[1].key.as_str(), e[1].value.as_str()), ("user", "u42-42"));
         let default = parse_entries(&[]).unwrap();
-        let r = build_request("edge", &default, 0, 7);
+        let r = build_request("edge", &[default], 0, 7);
         assert_eq!(r.descriptors[0].entries[0].value, "10.0.0.7");
         assert!(matches!(
             parse_entries(&["novalue".into()]),
@@ -805,5 +852,79 @@ mod tests {
             parse_entries(&["=v".into()]),
             Err(LoadError::Args(_))
         ));
+    }
+
+    /// As Envoy sends them for a route with three `rate_limits` actions: one descriptor each.
+    #[test]
+    fn descriptor_sets_make_one_descriptor_each_with_the_same_key_index() {
+        let sets = [
+            "remote_address=10.0.0.{key}".to_owned(),
+            "remote_address=10.0.0.{key},path=/api/items".to_owned(),
+            "generic_key=global".to_owned(),
+        ];
+        let descriptors = parse_descriptors(&[], &sets, 100).unwrap();
+        let r = build_request("edge", &descriptors, 0, 5);
+        let got: Vec<Vec<(&str, &str)>> = r
+            .descriptors
+            .iter()
+            .map(|d| {
+                d.entries
+                    .iter()
+                    .map(|e| (e.key.as_str(), e.value.as_str()))
+                    .collect()
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                vec![("remote_address", "10.0.0.5")],
+                vec![("remote_address", "10.0.0.5"), ("path", "/api/items")],
+                vec![("generic_key", "global")],
+            ]
+        );
+        // Without sets: the one `--descriptor` descriptor (or the default).
+        let one = parse_descriptors(&["user=u{key}".into()], &[], 2).unwrap();
+        assert_eq!(build_request("edge", &one, 0, 1).descriptors.len(), 1);
+        let args_error = |r: Result<_, LoadError>| matches!(r, Err(LoadError::Args(_)));
+        assert!(args_error(parse_descriptors(&["a=1".into()], &sets, 1)));
+        assert!(args_error(parse_descriptors(&[], &[String::new()], 1)));
+        assert!(args_error(parse_descriptors(
+            &[],
+            &["a=1,novalue".into()],
+            1
+        )));
+        assert!(args_error(parse_descriptors(&[], &["a=1,=2".into()], 1)));
+        // More than one key index, and no `{key}` anywhere: every call would be the same.
+        assert!(args_error(parse_descriptors(
+            &[],
+            &["a=1".into(), "b=2".into()],
+            2
+        )));
+    }
+
+    #[test]
+    fn descriptor_set_repeats_on_the_command_line_and_excludes_descriptor() {
+        use clap::Parser as _;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            load: LoadArgs,
+        }
+        let cli = Cli::try_parse_from([
+            "rls-load",
+            "--descriptor-set",
+            "remote_address=10.0.0.{key}",
+            "--descriptor-set",
+            "generic_key=global",
+        ])
+        .unwrap();
+        assert_eq!(
+            cli.load.descriptor_set,
+            ["remote_address=10.0.0.{key}", "generic_key=global"]
+        );
+        assert!(
+            Cli::try_parse_from(["rls-load", "--descriptor", "a=1", "--descriptor-set", "b=2"])
+                .is_err()
+        );
     }
 }
