@@ -422,6 +422,9 @@ pub(crate) async fn decide_all_async<S: AsyncStore>(
     dry: bool,
     now: Option<Nanos>,
 ) -> Vec<Result<Decided, PolicyError>> {
+    if let Some(decided) = decide_all_batch(set, store, requests, dry, now).await {
+        return decided;
+    }
     let mut passes = Vec::with_capacity(requests.len());
     for &(descriptors, cost) in requests {
         let values = set.resolve(descriptors);
@@ -443,6 +446,78 @@ pub(crate) async fn decide_all_async<S: AsyncStore>(
             None => Ok(conclude_async(set, store, &values, &tally)),
         })
         .collect()
+}
+
+/// [`decide_all_async`] in one atomic batch, when the store has one: every rule of every request
+/// in one round trip, written only when every enforcing rule of every request admits, so a refused
+/// group needs no refund. `None` (decided request by request instead) without a batch (lease
+/// mode), for requests of different costs (a batch has one cost), for a rule and key two requests
+/// share (the second must see the first's admission), and for a cost a rule can never admit
+/// (each request then gets its own answer or error).
+#[cfg(feature = "redis")]
+async fn decide_all_batch<S: AsyncStore>(
+    set: &RuleSet,
+    store: &S,
+    requests: &[(&Descriptors<'_>, u64)],
+    dry: bool,
+    now: Option<Nanos>,
+) -> Option<Vec<Result<Decided, PolicyError>>>
+where
+    S::Receipt: Default,
+{
+    let &(_, cost) = requests.first()?;
+    if requests.len() < 2 || requests.iter().any(|&(_, c)| c != cost) {
+        return None;
+    }
+    let values: SmallVec<[_; 4]> = requests.iter().map(|(d, _)| set.resolve(d)).collect();
+    // (request, rule, key) for every rule that applies to each request.
+    let mut keys: SmallVec<[(usize, usize, KeyBuf); 8]> = SmallVec::new();
+    for (r, v) in values.iter().enumerate() {
+        each_rule_key(set, v, |at| {
+            keys.push((r, at.index, KeyBuf::from_slice(at.key)))
+        });
+    }
+    let shared = keys.iter().enumerate().any(|(a, (_, i, key))| {
+        keys[a + 1..]
+            .iter()
+            .any(|(_, j, other)| i == j && key == other)
+    });
+    if shared {
+        return None;
+    }
+    let rules: SmallVec<[(RuleKey<'_>, bool); 8]> = keys
+        .iter()
+        .filter_map(|(r, i, key)| {
+            let at = rule_key_of(set, *i, key, &values[*r])?;
+            Some((at, set.rules[*i].enforced(dry)))
+        })
+        .collect();
+    let answers = store.check_batch(&rules, now, cost).await?.ok()?;
+    let committed = rules
+        .iter()
+        .zip(&answers)
+        .all(|((_, enforced), answer)| !enforced || answer.is_none_or(|d| d.is_allowed()));
+    let mut tallies: SmallVec<[Tally<S::Receipt>; 4]> =
+        requests.iter().map(|_| Tally::new()).collect();
+    let mut errors: SmallVec<[Option<PolicyError>; 4]> = requests.iter().map(|_| None).collect();
+    for (((at, enforced), answer), (r, _, _)) in rules.iter().zip(answers).zip(&keys) {
+        let receipt = committed.then(S::Receipt::default);
+        let result = Ok(answer.map(|d| (d, receipt)));
+        if let Err(error) = tallies[*r].record(set, at.index, at, *enforced, cost, result, None) {
+            errors[*r].get_or_insert(error);
+        }
+    }
+    Some(
+        tallies
+            .iter()
+            .zip(errors)
+            .zip(&values)
+            .map(|((tally, error), v)| match error {
+                Some(error) => Err(error),
+                None => Ok(conclude_async(set, store, v, tally)),
+            })
+            .collect(),
+    )
 }
 
 /// [`pass`] against a store behind a round trip: one round trip for the whole request where the

@@ -559,11 +559,14 @@ pub(crate) struct RedisLive {
 ///   rule admits. Atomic and exact, one round trip, whatever the number of rules.
 /// * **Lease mode**: rule by rule, each on its local lease (a round trip only when a lease runs
 ///   out); on a denial every rule that admitted gets its units back into its lease.
-/// * **A group** ([`check_all`](Self::check_all)): each request of the group as above, in order;
-///   when one is refused, what the others admitted is given back by refund scripts. Between an
-///   admission and its refund another caller can see those units spent: it is refused a little
-///   early, never admitted beyond the quota. A refund Redis cannot take (an outage) leaves the
-///   units spent: stricter, never looser.
+/// * **A group** ([`check_all`](Self::check_all), the descriptors of one RLS call): per request
+///   mode, when the requests have one cost and no rule and key in common, every rule of every
+///   request in **one script call**, written only when every enforcing rule of every request
+///   admits (one round trip, exact). Otherwise (lease mode, different costs, a key two requests
+///   share) each request as above, in order, and when one is refused what the others admitted is
+///   given back by refund scripts: between an admission and its refund another caller can see
+///   those units spent (refused a little early, never admitted beyond the quota); a refund Redis
+///   cannot take (an outage) leaves the units spent: stricter, never looser.
 ///
 /// # Costs known only after the response
 /// [`reserve`](Self::reserve) an estimate (one round trip per request mode), then

@@ -609,3 +609,127 @@ async fn lease_mode_reports_the_shared_quota() {
         )
     );
 }
+
+/// Groups of one to three requests (an RLS call's descriptors) on a simulated clock: Redis
+/// answers each group as the in-process `Policy::check_all_at` does, request by request, so the
+/// two states evolve alike; a group of equal costs whose rules and keys are all distinct is one
+/// script call (every rule of every request at once), and the others are decided request by
+/// request (different costs, or a key two requests share).
+#[tokio::test]
+async fn groups_are_decided_as_the_in_process_policy_decides_them_one_script_when_they_can() {
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+    // Exact matching, as tollgate-server sets it: each descriptor shape has its own rules.
+    const GROUPS: &str = r#"
+        descriptor_match = "exact"
+
+        [[rules]]
+        name = "per_ip"
+        match = { ip = "any" }
+        key = ["ip"]
+        limit = 6
+        period = "10s"
+
+        [[rules]]
+        name = "per_ip_path"
+        match = { ip = "any", path = "any" }
+        key = ["ip", "path"]
+        algorithm = "fixed_window"
+        limit = 4
+        period = "20s"
+
+        [[rules]]
+        name = "global"
+        match = { generic_key = { exact = "global" } }
+        algorithm = "sliding_window"
+        limit = 12
+        period = "10s"
+
+        [[rules]]
+        name = "watch"
+        match = { ip = "any" }
+        key = ["ip"]
+        mode = "shadow"
+        limit = 2
+        period = "10s"
+    "#;
+    const NOW: u64 = 500_000 * 3_600_000_000_000;
+    let server = RedisServer::start();
+    let mut c = conn(&server);
+    let redis = RedisPolicy::new(
+        PolicyConfig::from_toml(GROUPS).unwrap(),
+        conn(&server),
+        settings(),
+    )
+    .unwrap();
+    let mut config = PolicyConfig::from_toml(GROUPS).unwrap();
+    for rule in config.rules.iter_mut().filter(|r| !r.key.is_empty()) {
+        rule.capacity = Some(64);
+    }
+    let local = Policy::with_clock(config, ManualClock::new()).unwrap();
+    let mut rng = StdRng::seed_from_u64(26);
+    let ips = ["10.0.0.1", "10.0.0.2"];
+    let paths = ["/a", "/b"];
+    let mut now = NOW + 3_000_000;
+    redis.check_at(&[("ip", "warm")], now, 1).await.unwrap(); // load the script
+    local.check_at(&[("ip", "warm")], now, 1).unwrap();
+    let (mut allowed, mut denied, mut batched) = (0, 0, 0);
+    for step in 0..300 {
+        now += rng.random_range(0..=800_000u64) * 1000; // whole µs
+        let ip = ips[rng.random_range(0..2)];
+        let path = paths[rng.random_range(0..2)];
+        let shapes: [&[(&str, &str)]; 4] = [
+            &[("ip", ip)],
+            &[("ip", ip), ("path", path)],
+            &[("generic_key", "global")],
+            &[("ip", ips[rng.random_range(0..2)])],
+        ];
+        let n = rng.random_range(1..=3);
+        let group: Vec<(&[(&str, &str)], u64)> = (0..n)
+            .map(|_| {
+                let shape = shapes[rng.random_range(0..4)];
+                let cost = if rng.random_range(0..5) == 0 { 2 } else { 1 };
+                (shape, cost)
+            })
+            .collect();
+        let requests = group;
+        let want = local.check_all_at(&requests, now);
+        let before = evalsha_calls(&mut c).await;
+        let got = redis.check_all_at(&requests, now).await;
+        let calls = evalsha_calls(&mut c).await - before;
+        for (i, (w, g)) in want.iter().zip(&got).enumerate() {
+            let ((w, _), (g, _)) = (w.as_ref().unwrap(), g.as_ref().unwrap());
+            assert_eq!(
+                g.is_allowed(),
+                w.is_allowed(),
+                "step {step} request {i}: {requests:?}"
+            );
+            assert_eq!(g.rule, w.rule, "step {step} request {i}");
+            assert_eq!(
+                g.decision.remaining(),
+                w.decision.remaining(),
+                "step {step} request {i}"
+            );
+            assert_eq!(g.shadow_denied, w.shadow_denied, "step {step} request {i}");
+        }
+        if want.iter().all(|w| w.as_ref().unwrap().0.is_allowed()) {
+            allowed += 1;
+        } else {
+            denied += 1;
+        }
+        let same_cost = requests.iter().all(|r| r.1 == requests[0].1);
+        let distinct = (0..requests.len())
+            .all(|a| (a + 1..requests.len()).all(|b| requests[a].0 != requests[b].0));
+        if n > 1 && same_cost && distinct {
+            assert_eq!(
+                calls, 1,
+                "step {step}: one script for the whole group {requests:?}"
+            );
+            batched += 1;
+        }
+    }
+    assert!(
+        allowed > 60 && denied > 60 && batched > 60,
+        "{allowed} {denied} {batched}"
+    );
+}

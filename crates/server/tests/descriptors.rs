@@ -1,7 +1,7 @@
 //! The descriptors of one ShouldRateLimit call: decided as one by default (a call over the limit
 //! anywhere consumes nothing), independently with `descriptors = "independent"`; embedded and on
-//! Redis. On one Redis node, per request mode, a call should be one Redis command whatever its
-//! number of rules and descriptors (issue 26; ignored until it holds: one per descriptor today).
+//! Redis. On one Redis node, per request mode, a call is one Redis command whatever its number of
+//! rules and descriptors.
 
 mod common;
 
@@ -172,14 +172,8 @@ async fn three_descriptors(
 /// The shape results/fleet measures: three rules, one per descriptor, and three descriptors per
 /// call as Envoy sends them for a route with three `rate_limits` actions. Every call after the
 /// first (which loads the script) is exactly one Redis command, an EVALSHA, admitted or not
-/// (issue 26's goal).
-///
-/// Ignored until that holds: today (tollgate-policy `decide_all_async`) each descriptor is one
-/// EVALSHA, sent one after the other, so an admitted call here is 3 EVALSHAs and a refused one 5
-/// (the 3, then a refund script for each of the 2 descriptors that admitted). Run it with
-/// `cargo test -p tollgate-server --test descriptors -- --ignored`.
+/// (issue 26's goal): tollgate-policy decides the call's descriptors in one batch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "issue 26: one EVALSHA per descriptor today (3 per admitted call here), not 1 per call"]
 async fn a_call_with_three_rules_and_three_descriptors_is_one_redis_command() {
     let redis = RedisServer::start();
     let config = format!(
