@@ -78,8 +78,9 @@ use tollgate_sharded::{KeyPermit, KeyedError, KeyedInFlight, KeyedLimiter};
 use crate::config::{
     ConfigError, ConfigErrorKind, MAX_CAPACITY, MatchSpec, Mode, PolicyConfig, Storage,
 };
+use crate::decision::{Descriptors, PolicyDecision, PolicyError};
 use crate::descriptor_match::DescriptorMatch;
-use crate::policy::{Descriptors, Policy, PolicyDecision, PolicyError};
+use crate::policy::Policy;
 use crate::priority::{Priority, PriorityConfig};
 use crate::reload::ReloadReport;
 use crate::rules::{KeyBuf, intern};

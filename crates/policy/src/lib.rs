@@ -59,6 +59,7 @@ struct GuideConcurrency;
 struct GuideRollout;
 
 mod config;
+mod decision;
 mod descriptor_match;
 mod engine;
 mod explain;
@@ -82,10 +83,11 @@ pub use config::{
     AlgorithmKind, ConfigError, ConfigErrorKind, ConfigFormat, DelayConfig, MAX_CAPACITY,
     MatchSpec, Mode, OverrideConfig, PolicyConfig, RuleConfig, Storage, Validated, check_config,
 };
+pub use decision::{Descriptors, PolicyDecision, PolicyError, RuleOutcome};
 pub use descriptor_match::DescriptorMatch;
 pub use explain::{Explanation, QuotaView, RuleTrace, Skipped, StateView};
 pub use inflight::{Admission, ConcurrencyConfig};
-pub use policy::{Descriptors, Policy, PolicyDecision, PolicyError, RuleOutcome};
+pub use policy::Policy;
 pub use priority::{PriorityConfig, PriorityError};
 #[cfg(feature = "redis")]
 pub use redis_settle::{RedisReservation, RedisReserved, Unsettled};

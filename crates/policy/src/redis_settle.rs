@@ -8,8 +8,8 @@ use smallvec::SmallVec;
 use tollgate_core::{CheckError, Decision, Nanos};
 use tollgate_redis::{Error, FaultPolicy, SettleKey, SettleOp};
 
+use crate::decision::{Descriptors, PolicyDecision, PolicyError};
 use crate::engine;
-use crate::policy::{Descriptors, PolicyDecision, PolicyError};
 use crate::redis_store::{Limiter, QuotaLimiter, RedisLive, RedisPolicy, RedisStore};
 use crate::settle::Settlement;
 use crate::store::{AsyncStore, BatchAnswer, RuleKey};

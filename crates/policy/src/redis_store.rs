@@ -20,8 +20,8 @@ use tollgate_redis::{
 };
 
 use crate::config::{AlgorithmKind, ConfigError, ConfigErrorKind, PolicyConfig};
+use crate::decision::{Descriptors, PolicyDecision, PolicyError};
 use crate::engine::{self, Decided};
-use crate::policy::{Descriptors, PolicyDecision, PolicyError};
 use crate::rules::RuleSet;
 use crate::stats::PolicySnapshot;
 use crate::store::{AsyncStore, BatchAnswer, RuleKey, next_unit};

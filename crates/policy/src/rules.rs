@@ -13,8 +13,8 @@ use crate::config::{
     AlgorithmKind, ConfigError, ConfigErrorKind, MatchSpec, Mode, PolicyConfig, RuleConfig,
     ValidRule, delay_units,
 };
+use crate::decision::Descriptors;
 use crate::descriptor_match::{self, DescriptorMatch};
-use crate::policy::Descriptors;
 use crate::priority::Priority;
 use crate::reload::Identity;
 use crate::stats::{Counters, Outcome, PolicySnapshot, RuleStats};
