@@ -65,151 +65,23 @@
 //!   ([`ConfigErrorKind::ConcurrencyUnsupported`]), and so does tollgate-server's Envoy RLS, which
 //!   never sees a request end.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
-use tollgate_core::{CheckError, Clock, Decision, InFlight, Nanos, Quota};
+use tollgate_core::{CheckError, Clock, Decision, InFlight, Nanos};
 use tollgate_sharded::{KeyPermit, KeyedError, KeyedInFlight, KeyedLimiter};
 
-use crate::config::{
-    ConfigError, ConfigErrorKind, MAX_CAPACITY, MatchSpec, Mode, PolicyConfig, Storage,
-};
+pub use crate::config::ConcurrencyConfig;
+use crate::config::{MatchSpec, Mode, PolicyConfig};
+use crate::config_error::{ConfigError, ConfigErrorKind};
 use crate::decision::{Descriptors, PolicyDecision, PolicyError};
 use crate::descriptor_match::DescriptorMatch;
 use crate::policy::Policy;
-use crate::priority::{Priority, PriorityConfig};
+use crate::priority::Priority;
 use crate::reload::ReloadReport;
 use crate::rules::{KeyBuf, intern};
-
-/// One concurrency rule: at most `limit` requests in flight per key (or in all, with no key).
-///
-/// ```toml
-/// [[concurrency]]
-/// name = "upstream"
-/// match = { route = { prefix = "/reports/" } }
-/// limit = 8            # at most 8 report requests at once, across all clients
-/// max_hold = "2m"      # a permit not given back is reclaimed after 2 to 4 minutes
-/// retry_after = "2s"   # what a denial tells the client (default 1 s)
-/// ```
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ConcurrencyConfig {
-    /// Unique name among all rules (rate and concurrency): in decisions, headers and logs.
-    pub name: String,
-    /// Which requests the rule applies to, as a rate rule's `match`.
-    #[serde(default, rename = "match")]
-    pub matches: BTreeMap<String, MatchSpec>,
-    /// Descriptors whose values form the key (each must be in `match`); empty: one global limit.
-    #[serde(default)]
-    pub key: Vec<String>,
-    /// The most units (requests of cost 1) in flight at once per key, 1..=2²⁰ − 1.
-    pub limit: u64,
-    /// A permit not given back within this long is reclaimed between `max_hold` and
-    /// `2 × max_hold` after its take (default 60 s; set it above your longest legitimate request).
-    #[serde(default = "default_max_hold", with = "humantime_serde")]
-    pub max_hold: Duration,
-    /// Keys the table holds (keyed rules only; ≈ 23 B per key, allocated at load).
-    #[serde(default)]
-    pub capacity: Option<usize>,
-    /// What a denial reports as `retry_after` (default 1 s).
-    #[serde(
-        default,
-        with = "humantime_serde",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub retry_after: Option<Duration>,
-    /// `enforce` (default) or `shadow`.
-    #[serde(default)]
-    pub mode: Mode,
-    /// Priority classes and the share of `limit` kept for each (as a rate rule's `priority`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub priority: Option<PriorityConfig>,
-}
-
-fn default_max_hold() -> Duration {
-    Duration::from_secs(60)
-}
-
-impl ConcurrencyConfig {
-    fn algorithm(&self) -> Result<InFlight, ConfigError> {
-        let name = Some(self.name.as_str());
-        let field = |e| match e {
-            tollgate_core::QuotaError::ZeroPeriod | tollgate_core::QuotaError::PeriodTooLong => {
-                "max_hold"
-            }
-            _ => "limit",
-        };
-        let algorithm = InFlight::new(self.limit, self.max_hold)
-            .map_err(|e| ConfigError::new(name, field(e), ConfigErrorKind::Quota(e)))?;
-        Ok(match self.retry_after {
-            Some(retry) => algorithm.with_retry_after(retry),
-            None => algorithm,
-        })
-    }
-
-    fn quota(&self) -> Result<Quota, ConfigError> {
-        self.algorithm()
-            .map(|a| *tollgate_core::Algorithm::quota(&a))
-    }
-}
-
-/// Checks a policy's concurrency rules (names unique among all rules, keys matched, capacities,
-/// limits). `in_process: false` (a store with no in-process tables) refuses any.
-pub(crate) fn validate(config: &PolicyConfig, in_process: bool) -> Result<(), ConfigError> {
-    let mut names: std::collections::HashSet<&str> =
-        config.rules.iter().map(|r| r.name.as_str()).collect();
-    for rule in &config.concurrency {
-        let name = Some(rule.name.as_str());
-        if !in_process {
-            return Err(ConfigError::new(
-                name,
-                "concurrency",
-                ConfigErrorKind::ConcurrencyUnsupported,
-            ));
-        }
-        if !names.insert(rule.name.as_str()) {
-            return Err(ConfigError::new(
-                name,
-                "name",
-                ConfigErrorKind::DuplicateName,
-            ));
-        }
-        if let Some(key) = rule.key.iter().find(|k| !rule.matches.contains_key(*k)) {
-            return Err(ConfigError::new(
-                name,
-                "key",
-                ConfigErrorKind::KeyNotMatched(key.clone()),
-            ));
-        }
-        if rule.key.is_empty() != rule.capacity.is_none() {
-            return Err(ConfigError::new(
-                name,
-                "capacity",
-                ConfigErrorKind::Capacity,
-            ));
-        }
-        if let Some(capacity) = rule.capacity.filter(|&c| c > MAX_CAPACITY) {
-            return Err(ConfigError::new(
-                name,
-                "capacity",
-                ConfigErrorKind::CapacityTooLarge {
-                    capacity,
-                    max: MAX_CAPACITY,
-                },
-            ));
-        }
-        rule.algorithm()?;
-        if let Some(priority) = &rule.priority {
-            crate::priority::validate(priority, Storage::Atomic, true)
-                .map_err(|e| ConfigError::new(name, "priority", ConfigErrorKind::Priority(e)))?;
-        }
-    }
-    Ok(())
-}
 
 /// A rule's table, whatever the policy's clock type.
 trait Table: Send + Sync {

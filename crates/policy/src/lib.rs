@@ -59,6 +59,8 @@ struct GuideConcurrency;
 struct GuideRollout;
 
 mod config;
+mod config_error;
+mod config_text;
 mod decision;
 mod descriptor_match;
 mod engine;
@@ -78,17 +80,20 @@ mod settle;
 mod stats;
 mod store;
 mod sync;
+mod validate;
 
 pub use config::{
-    AlgorithmKind, ConfigError, ConfigErrorKind, ConfigFormat, DelayConfig, MAX_CAPACITY,
-    MatchSpec, Mode, OverrideConfig, PolicyConfig, RuleConfig, Storage, Validated, check_config,
+    AlgorithmKind, DelayConfig, MAX_CAPACITY, MatchSpec, Mode, OverrideConfig, PolicyConfig,
+    PriorityConfig, RuleConfig, Storage,
 };
+pub use config_error::{ConfigError, ConfigErrorKind};
+pub use config_text::{ConfigFormat, check_config};
 pub use decision::{Descriptors, PolicyDecision, PolicyError, RuleOutcome};
 pub use descriptor_match::DescriptorMatch;
 pub use explain::{Explanation, QuotaView, RuleTrace, Skipped, StateView};
 pub use inflight::{Admission, ConcurrencyConfig};
 pub use policy::Policy;
-pub use priority::{PriorityConfig, PriorityError};
+pub use priority::PriorityError;
 #[cfg(feature = "redis")]
 pub use redis_settle::{RedisReservation, RedisReserved, Unsettled};
 #[cfg(feature = "redis")]
@@ -97,3 +102,4 @@ pub use reload::{PreparedReload, ReloadReport};
 pub use schema::DescriptorSchema;
 pub use settle::{Reservation, Reserved, Settlement};
 pub use stats::{PolicySnapshot, RuleStats};
+pub use validate::Validated;

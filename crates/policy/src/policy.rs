@@ -7,7 +7,8 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use tollgate_core::{CheckError, Clock, Decision, MonotonicClock, Nanos};
 
-use crate::config::{ConfigError, PolicyConfig};
+use crate::config::PolicyConfig;
+use crate::config_error::ConfigError;
 use crate::decision::{Descriptors, PolicyDecision, PolicyError, RuleOutcome};
 use crate::engine::{self, Decided};
 use crate::rules::{KeyBuf, RuleSet};

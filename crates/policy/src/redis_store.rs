@@ -19,7 +19,8 @@ use tollgate_redis::{
     LeasedLimiter, RedisBatch, RedisConfig, RedisLimiter,
 };
 
-use crate::config::{AlgorithmKind, ConfigError, ConfigErrorKind, PolicyConfig};
+use crate::config::{AlgorithmKind, PolicyConfig};
+use crate::config_error::{ConfigError, ConfigErrorKind};
 use crate::decision::{Descriptors, PolicyDecision, PolicyError};
 use crate::engine::{self, Decided};
 use crate::rules::RuleSet;

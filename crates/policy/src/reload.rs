@@ -7,14 +7,14 @@ use std::sync::{Arc, MutexGuard};
 
 use tollgate_core::{Clock, Quota};
 
-use crate::config::{
-    AlgorithmKind, ConfigError, ConfigErrorKind, PolicyConfig, RuleConfig, Storage, Validated,
-};
+use crate::config::{AlgorithmKind, PolicyConfig, RuleConfig, Storage};
+use crate::config_error::{ConfigError, ConfigErrorKind};
 use crate::limiter::{self, RuleLimiter, Spec};
 use crate::policy::{Live, Policy};
 use crate::rules::{Rule, RuleSet, descriptor_index, intern};
 use crate::stats::Counters;
 use crate::store::MemoryStore;
+use crate::validate::Validated;
 use tollgate_sharded::KeyedError;
 
 /// What a reload did, per rule name.

@@ -9,15 +9,14 @@ use std::time::Duration;
 use smallvec::SmallVec;
 use tollgate_core::{Decision, Nanos, Quota};
 
-use crate::config::{
-    AlgorithmKind, ConfigError, ConfigErrorKind, MatchSpec, Mode, PolicyConfig, RuleConfig,
-    ValidRule, delay_units,
-};
+use crate::config::{AlgorithmKind, MatchSpec, Mode, PolicyConfig, RuleConfig};
+use crate::config_error::{ConfigError, ConfigErrorKind};
 use crate::decision::Descriptors;
 use crate::descriptor_match::{self, DescriptorMatch};
 use crate::priority::Priority;
 use crate::reload::Identity;
 use crate::stats::{Counters, Outcome, PolicySnapshot, RuleStats};
+use crate::validate::{ValidRule, delay_units};
 
 /// Each descriptor name's value in one request, indexed as [`RuleSet::names`].
 pub(crate) type Values<'a> = SmallVec<[Option<&'a str>; 8]>;
@@ -295,7 +294,7 @@ impl RuleSet {
     #[cfg(feature = "redis")]
     pub(crate) fn compile(
         config: PolicyConfig,
-        validated: &crate::config::Validated,
+        validated: &crate::validate::Validated,
         old: Option<&RuleSet>,
     ) -> Result<RuleSet, ConfigError> {
         let mut names: Vec<Box<str>> = Vec::new();
