@@ -66,6 +66,7 @@ mod descriptor_match;
 mod engine;
 mod explain;
 pub mod inflight;
+mod inflight_rules;
 mod limiter;
 mod policy;
 mod priority;

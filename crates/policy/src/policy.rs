@@ -100,7 +100,7 @@ pub(crate) struct Live {
     pub(crate) rules: RuleSet,
     pub(crate) store: MemoryStore,
     /// The concurrency rules (`inflight.rs`).
-    pub(crate) inflight: crate::inflight::InFlightSet,
+    pub(crate) inflight: crate::inflight_rules::InFlightSet,
 }
 
 impl Policy<MonotonicClock> {

@@ -364,7 +364,7 @@ impl Live {
                 .collect();
         }
         // After the rate rules' `removed` list: this adds the concurrency rules to the report.
-        let inflight = crate::inflight::InFlightSet::build(
+        let inflight = crate::inflight_rules::InFlightSet::build(
             &config,
             clock,
             old.map(|old| &old.inflight),
