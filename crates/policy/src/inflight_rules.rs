@@ -13,7 +13,7 @@ use crate::config_error::{ConfigError, ConfigErrorKind};
 use crate::decision::Descriptors;
 use crate::descriptor_match::DescriptorMatch;
 use crate::priority::Priority;
-use crate::reload::ReloadReport;
+use crate::reload_plan::ReloadReport;
 use crate::rules::{KeyBuf, intern};
 
 /// A rule's table, whatever the policy's clock type.

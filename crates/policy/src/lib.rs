@@ -68,6 +68,7 @@ mod explain;
 pub mod inflight;
 mod inflight_rules;
 mod limiter;
+mod live;
 mod policy;
 mod priority;
 #[cfg(feature = "redis")]
@@ -75,6 +76,7 @@ mod redis_settle;
 #[cfg(feature = "redis")]
 mod redis_store;
 mod reload;
+mod reload_plan;
 mod rules;
 mod schema;
 mod settle;
@@ -99,7 +101,8 @@ pub use priority::PriorityError;
 pub use redis_settle::{RedisReservation, RedisReserved, Unsettled};
 #[cfg(feature = "redis")]
 pub use redis_store::{RedisPolicy, RedisSettings};
-pub use reload::{PreparedReload, ReloadReport};
+pub use reload::PreparedReload;
+pub use reload_plan::ReloadReport;
 pub use schema::DescriptorSchema;
 pub use settle::{Reservation, Reserved, Settlement};
 pub use stats::{PolicySnapshot, RuleStats};

@@ -11,10 +11,10 @@ use crate::config::PolicyConfig;
 use crate::config_error::ConfigError;
 use crate::decision::{Descriptors, PolicyDecision, PolicyError, RuleOutcome};
 use crate::engine::{self, Decided};
-use crate::rules::{KeyBuf, RuleSet};
+use crate::live::Live;
+use crate::rules::KeyBuf;
 use crate::schema::DescriptorSchema;
 use crate::stats::PolicySnapshot;
-use crate::store::MemoryStore;
 use crate::sync::{AtomicBool, Ordering};
 
 /// A set of rate-limiting rules over request descriptors, decided as one, reloadable while in use.
@@ -93,14 +93,6 @@ impl<C> fmt::Debug for Policy<C> {
             .field("dry_run", &set.dry_run)
             .finish_non_exhaustive()
     }
-}
-
-/// A rule set with its in-process state: what decisions load.
-pub(crate) struct Live {
-    pub(crate) rules: RuleSet,
-    pub(crate) store: MemoryStore,
-    /// The concurrency rules (`inflight.rs`).
-    pub(crate) inflight: crate::inflight_rules::InFlightSet,
 }
 
 impl Policy<MonotonicClock> {

@@ -3,6 +3,7 @@
 //! here; where a rule's state is kept is a [store](crate::store)'s business.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering as StdOrdering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -14,7 +15,7 @@ use crate::config_error::{ConfigError, ConfigErrorKind};
 use crate::decision::Descriptors;
 use crate::descriptor_match::{self, DescriptorMatch};
 use crate::priority::Priority;
-use crate::reload::Identity;
+use crate::reload_plan::Identity;
 use crate::stats::{Counters, Outcome, PolicySnapshot, RuleStats};
 use crate::validate::{ValidRule, delay_units};
 
@@ -65,6 +66,14 @@ pub(crate) struct Rule {
     /// Whether `applies` is only "every matched descriptor present": each match is `any`, no
     /// priority, subset matching (worked out at compile time).
     pub(crate) any_match: bool,
+}
+
+/// A new identity for a schema or a rule set: unique for the process (64 bits never wrap).
+pub(crate) fn next_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    // Relaxed: the RMW alone makes each value unique; it orders nothing else. (Plain std: an
+    // identity is not synchronised state, so the loom build needs no model of it.)
+    NEXT.fetch_add(1, StdOrdering::Relaxed)
 }
 
 /// Rule names live for the process: decisions hand out `&'static str` without a reference count.
@@ -325,7 +334,7 @@ impl RuleSet {
             )?);
         }
         Ok(RuleSet {
-            id: crate::schema::next_id(),
+            id: next_id(),
             names: names.into_boxed_slice(),
             tag: None,
             rules: rules.into_boxed_slice(),

@@ -58,7 +58,8 @@ use crate::config::AlgorithmKind;
 use crate::decision::{Descriptors, PolicyDecision, PolicyError};
 use crate::engine;
 use crate::limiter::Receipt;
-use crate::policy::{Live, Policy};
+use crate::live::Live;
+use crate::policy::Policy;
 use crate::store::{MemoryStore, RuleKey, Store};
 use crate::sync::Ordering;
 
