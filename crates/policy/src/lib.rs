@@ -72,6 +72,8 @@ mod live;
 mod policy;
 mod priority;
 #[cfg(feature = "redis")]
+mod redis_policy;
+#[cfg(feature = "redis")]
 mod redis_settle;
 #[cfg(feature = "redis")]
 mod redis_store;
@@ -98,9 +100,11 @@ pub use inflight::{Admission, ConcurrencyConfig};
 pub use policy::Policy;
 pub use priority::PriorityError;
 #[cfg(feature = "redis")]
+pub use redis_policy::RedisPolicy;
+#[cfg(feature = "redis")]
 pub use redis_settle::{RedisReservation, RedisReserved, Unsettled};
 #[cfg(feature = "redis")]
-pub use redis_store::{RedisPolicy, RedisSettings};
+pub use redis_store::RedisSettings;
 pub use reload::PreparedReload;
 pub use reload_plan::ReloadReport;
 pub use schema::DescriptorSchema;

@@ -10,7 +10,8 @@ use tollgate_redis::{Error, FaultPolicy, SettleKey, SettleOp};
 
 use crate::decision::{Descriptors, PolicyDecision, PolicyError};
 use crate::engine;
-use crate::redis_store::{Limiter, QuotaLimiter, RedisLive, RedisPolicy, RedisStore};
+use crate::redis_policy::{RedisLive, RedisPolicy};
+use crate::redis_store::{Limiter, QuotaLimiter, RedisStore};
 use crate::settle::Settlement;
 use crate::store::{AsyncStore, BatchAnswer, RuleKey};
 use crate::sync::Ordering;
