@@ -160,8 +160,9 @@ impl<C: Clock + Clone + 'static> Policy<C> {
     /// thread that prepared it (it is not `Send`): prepare and commit without an `.await` between.
     ///
     /// # Errors
-    /// As [`with_clock`](Self::with_clock), plus [`ConfigErrorKind::Keyed`](crate::ConfigErrorKind::Keyed) when a new override cannot
-    /// be placed in a kept table (its key's probe window is full of live keys, or the table's
+    /// As [`with_clock`](Self::with_clock), plus
+    /// [`ConfigErrorKind::Keyed`](crate::ConfigErrorKind::Keyed) when a new override cannot be
+    /// placed in a kept table (its key's probe window is full of live keys, or the table's
     /// override quotas are all taken).
     pub fn prepare_reload(
         &self,
