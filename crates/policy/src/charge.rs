@@ -11,8 +11,9 @@
 
 use tollgate_core::{Clock, Nanos};
 
+use crate::decision::Descriptors;
 use crate::engine;
-use crate::policy::{Descriptors, Policy};
+use crate::policy::Policy;
 
 /// What a charge did.
 ///

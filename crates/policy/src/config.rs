@@ -1,16 +1,13 @@
-//! The policy's configuration: one serde schema read from TOML or YAML, validated once.
+//! The policy's configuration schema: the serde types a TOML or YAML policy file is read into
+//! (rules, overrides, concurrency rules, priority classes) and the names they use. Reading and
+//! writing the text is `config_text.rs`; the one validation, `validate.rs`.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::fmt;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tollgate_core::{Quota, QuotaError};
-use tollgate_sharded::KeyedError;
-use tollgate_striped::StripedError;
 
 use crate::descriptor_match::DescriptorMatch;
-use crate::priority::{PriorityConfig, PriorityError};
 
 /// A whole policy: its rules, per-value overrides and the global dry-run switch.
 ///
@@ -47,7 +44,7 @@ pub struct PolicyConfig {
     /// In-flight (concurrency) rules, decided with the rules above by
     /// [`Policy::admit`](crate::Policy::admit); see [`ConcurrencyConfig`](crate::ConcurrencyConfig).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub concurrency: Vec<crate::inflight::ConcurrencyConfig>,
+    pub concurrency: Vec<ConcurrencyConfig>,
     /// Labels added to every metric the rules report through the `metrics` facade, beside `rule`
     /// (and `outcome`): for a process that runs several policies whose rule names may repeat
     /// (tollgate-server sets `domain`). Read when a rule is first built; a rule that a reload keeps
@@ -67,7 +64,8 @@ fn yes() -> bool {
 }
 
 /// The largest `capacity` a keyed rule may have: 2³⁰ keys (1 073 741 824), a table of about 24.6 GB.
-/// Checked when the config is validated, so a typo of a few digits is a [`ConfigError`] before
+/// Checked when the config is validated, so a typo of a few digits is a
+/// [`ConfigError`](crate::ConfigError) before
 /// anything is allocated.
 pub const MAX_CAPACITY: usize = 1 << 30;
 
@@ -278,468 +276,72 @@ impl AlgorithmKind {
     }
 }
 
-/// Why a configuration was rejected: the rule (if any), the field, and what is wrong.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ConfigError {
-    /// The rule's name (or the override's rule), when the error belongs to one.
-    pub rule: Option<String>,
-    /// The field at fault (`"limit"`, `"key"`, `"overrides"`, ...).
-    pub field: &'static str,
-    /// What is wrong.
-    pub kind: ConfigErrorKind,
-}
-
-/// What is wrong in a [`ConfigError`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ConfigErrorKind {
-    /// The text is not valid TOML/YAML for the schema.
-    Parse(String),
-    /// An algorithm name that is not one of the four.
-    UnknownAlgorithm(String),
-    /// The quota cannot be built (zero limit, zero period, ...) or the algorithm cannot hold it.
-    Quota(QuotaError),
-    /// Two rules share a name.
-    DuplicateName,
-    /// An override names a rule that does not exist.
-    UnknownRule,
-    /// An override for a rule that is not keyed by exactly one descriptor.
-    OverrideNeedsSingleKey,
-    /// A key descriptor that the rule's match does not mention.
-    KeyNotMatched(String),
-    /// A keyed rule without a capacity, or a capacity on a global rule.
-    Capacity,
-    /// The same key value in two overrides of one rule (or twice in one): which quota it gets would
-    /// depend on their order.
-    DuplicateOverride(String),
-    /// A capacity above [`MAX_CAPACITY`].
-    CapacityTooLarge {
-        /// The capacity asked for.
-        capacity: usize,
-        /// The most allowed.
-        max: usize,
-    },
-    /// Striped storage on a keyed rule or a non-GCRA algorithm.
-    Storage,
-    /// A two-stage delay on a window algorithm, one too long for the quota, or on a rule with
-    /// overrides.
-    Delay,
-    /// The keyed table could not be built or an override could not be placed.
-    Keyed(KeyedError),
-    /// The striped limiter could not be built.
-    Striped(StripedError),
-    /// Redis lease mode on a rule that is not GCRA (leases are slices of one GCRA bucket).
-    LeaseNeedsGcra,
-    /// Durable admissions (`WAIT` for replicas) asked for in Redis lease mode, which has none: a
-    /// lease is granted by one script and spent locally.
-    LeaseNotDurable,
-    /// Durable admissions asked for on a Redis Cluster connection: `WAIT` counts one connection's
-    /// writes on one node, which a cluster connection does not pin (not built).
-    ClusterNotDurable,
-    /// The rule's `priority` (classes and reserved shares) is invalid or its storage cannot keep
-    /// headroom.
-    Priority(PriorityError),
-    /// A concurrency rule where no in-process table can hold its permits (a Redis policy).
-    ConcurrencyUnsupported,
-}
-
-impl ConfigError {
-    pub(crate) fn new(rule: Option<&str>, field: &'static str, kind: ConfigErrorKind) -> Self {
-        ConfigError {
-            rule: rule.map(str::to_owned),
-            field,
-            kind,
-        }
-    }
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.rule {
-            Some(rule) => write!(f, "rule `{rule}`, field `{}`: ", self.field)?,
-            None => write!(f, "field `{}`: ", self.field)?,
-        }
-        match &self.kind {
-            ConfigErrorKind::Parse(message) => write!(f, "cannot parse: {message}"),
-            ConfigErrorKind::UnknownAlgorithm(name) => write!(
-                f,
-                "unknown algorithm `{name}` (gcra, leaky_bucket, fixed_window, sliding_window)"
-            ),
-            ConfigErrorKind::Quota(error) => write!(f, "invalid quota: {error}"),
-            ConfigErrorKind::DuplicateName => f.write_str("another rule has this name"),
-            ConfigErrorKind::UnknownRule => f.write_str("no rule has this name"),
-            ConfigErrorKind::OverrideNeedsSingleKey => {
-                f.write_str("overrides need a rule keyed by exactly one descriptor")
-            }
-            ConfigErrorKind::KeyNotMatched(name) => write!(
-                f,
-                "key descriptor `{name}` does not appear in the rule's match (add `{name} = \"any\"`)"
-            ),
-            ConfigErrorKind::Capacity => {
-                f.write_str("keyed rules need a capacity; global rules take none")
-            }
-            ConfigErrorKind::DuplicateOverride(value) => {
-                write!(f, "key value `{value}` has more than one override")
-            }
-            ConfigErrorKind::CapacityTooLarge { capacity, max } => {
-                write!(
-                    f,
-                    "a capacity of {capacity} keys is above the most allowed, {max}"
-                )
-            }
-            ConfigErrorKind::Storage => {
-                f.write_str("striped storage is for global rules with the gcra algorithm")
-            }
-            ConfigErrorKind::Delay => f.write_str(
-                "a delay needs a bucket algorithm (gcra, leaky_bucket) and must fit the quota",
-            ),
-            ConfigErrorKind::Keyed(error) => write!(f, "{error}"),
-            ConfigErrorKind::Striped(error) => write!(f, "{error}"),
-            ConfigErrorKind::LeaseNeedsGcra => f.write_str(
-                "redis lease mode runs gcra only (leases are slices of one gcra bucket); use the \
-                 per request mode for this algorithm",
-            ),
-            ConfigErrorKind::LeaseNotDurable => f.write_str(
-                "durable admissions (WAIT for replicas) are for the per request mode; lease mode \
-                 spends its leases locally",
-            ),
-            ConfigErrorKind::ClusterNotDurable => f.write_str(
-                "durable admissions (WAIT for replicas) are not supported on a redis cluster \
-                 connection",
-            ),
-            ConfigErrorKind::Priority(error) => write!(f, "{error}"),
-            ConfigErrorKind::ConcurrencyUnsupported => f.write_str(
-                "concurrency rules hold their permits in process: use Policy (not RedisPolicy) \
-                 at an edge that sees each request end",
-            ),
-        }
-    }
-}
-
-impl std::error::Error for ConfigError {}
-
-impl PolicyConfig {
-    /// Parses TOML.
-    ///
-    /// # Errors
-    /// [`ConfigErrorKind::Parse`] with the parser's message (it names the line and field).
-    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
-        toml::from_str(text)
-            .map_err(|e| ConfigError::new(None, "toml", ConfigErrorKind::Parse(e.to_string())))
-    }
-
-    /// Parses YAML (the same schema).
-    ///
-    /// # Errors
-    /// [`ConfigErrorKind::Parse`] with the parser's message.
-    pub fn from_yaml(text: &str) -> Result<Self, ConfigError> {
-        serde_yaml_ng::from_str(text)
-            .map_err(|e| ConfigError::new(None, "yaml", ConfigErrorKind::Parse(e.to_string())))
-    }
-
-    /// Checks everything that can be checked without building limiters; building checks the rest
-    /// (table sizes, override placement). [`Policy::new`](crate::Policy::new) and
-    /// [`reload`](crate::Policy::reload) call it.
-    ///
-    /// # Errors
-    /// The first problem found, naming the rule and field.
-    pub fn validate(&self) -> Result<Validated, ConfigError> {
-        self.validate_with(true)
-    }
-
-    /// [`validate`](Self::validate) for a store that keeps no in-process tables
-    /// ([`RedisPolicy`](crate::RedisPolicy)): keyed rules need no `capacity`, and one given is
-    /// ignored.
-    ///
-    /// # Errors
-    /// As [`validate`](Self::validate).
-    #[cfg(feature = "redis")]
-    pub fn validate_shared(&self) -> Result<Validated, ConfigError> {
-        self.validate_with(false)
-    }
-
-    fn validate_with(&self, in_process: bool) -> Result<Validated, ConfigError> {
-        let mut names = HashSet::new();
-        let mut rules = Vec::with_capacity(self.rules.len());
-        for rule in &self.rules {
-            let name = Some(rule.name.as_str());
-            if !names.insert(rule.name.as_str()) {
-                return Err(ConfigError::new(
-                    name,
-                    "name",
-                    ConfigErrorKind::DuplicateName,
-                ));
-            }
-            let algorithm = AlgorithmKind::parse(&rule.algorithm).ok_or_else(|| {
-                ConfigError::new(
-                    name,
-                    "algorithm",
-                    ConfigErrorKind::UnknownAlgorithm(rule.algorithm.clone()),
-                )
-            })?;
-            for key in &rule.key {
-                if !rule.matches.contains_key(key) {
-                    return Err(ConfigError::new(
-                        name,
-                        "key",
-                        ConfigErrorKind::KeyNotMatched(key.clone()),
-                    ));
-                }
-            }
-            let keyed = !rule.key.is_empty();
-            if in_process && keyed != rule.capacity.is_some() {
-                return Err(ConfigError::new(
-                    name,
-                    "capacity",
-                    ConfigErrorKind::Capacity,
-                ));
-            }
-            if let Some(capacity) = rule.capacity.filter(|&c| c > MAX_CAPACITY) {
-                return Err(ConfigError::new(
-                    name,
-                    "capacity",
-                    ConfigErrorKind::CapacityTooLarge {
-                        capacity,
-                        max: MAX_CAPACITY,
-                    },
-                ));
-            }
-            if rule.storage == Storage::Striped && (keyed || algorithm != AlgorithmKind::Gcra) {
-                return Err(ConfigError::new(name, "storage", ConfigErrorKind::Storage));
-            }
-            if rule.delay.is_some() && !algorithm.is_bucket() {
-                return Err(ConfigError::new(name, "delay", ConfigErrorKind::Delay));
-            }
-            if let Some(priority) = &rule.priority {
-                crate::priority::validate(priority, rule.storage, in_process).map_err(|e| {
-                    ConfigError::new(name, "priority", ConfigErrorKind::Priority(e))
-                })?;
-            }
-            let quota = quota(name, rule.limit, rule.period, rule.burst)?;
-            let quota = with_delay(name, quota, rule.delay)?;
-            check_algorithm(name, "limit", algorithm, quota)?;
-            rules.push(ValidRule {
-                algorithm,
-                quota,
-                overrides: Vec::new(),
-            });
-        }
-        let index: HashMap<&str, usize> = self
-            .rules
-            .iter()
-            .enumerate()
-            .map(|(i, r)| (r.name.as_str(), i))
-            .collect();
-        for o in &self.overrides {
-            let name = Some(o.rule.as_str());
-            let Some(&i) = index.get(o.rule.as_str()) else {
-                return Err(ConfigError::new(
-                    name,
-                    "overrides",
-                    ConfigErrorKind::UnknownRule,
-                ));
-            };
-            let rule = &self.rules[i];
-            if rule.key.len() != 1 {
-                return Err(ConfigError::new(
-                    name,
-                    "overrides",
-                    ConfigErrorKind::OverrideNeedsSingleKey,
-                ));
-            }
-            if rule.delay.is_some() {
-                // A delayed rule's waits are worked out from its one quota.
-                return Err(ConfigError::new(name, "overrides", ConfigErrorKind::Delay));
-            }
-            let quota = quota(name, o.limit, o.period, o.burst)?;
-            check_algorithm(name, "overrides", rules[i].algorithm, quota)?;
-            for value in &o.values {
-                if rules[i].overrides.iter().any(|(v, _)| v == value) {
-                    return Err(ConfigError::new(
-                        name,
-                        "overrides",
-                        ConfigErrorKind::DuplicateOverride(value.clone()),
-                    ));
-                }
-                rules[i].overrides.push((value.clone(), quota));
-            }
-        }
-        crate::inflight::validate(self, in_process)?;
-        Ok(Validated { rules })
-    }
-}
-
-/// The text format of a config file.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ConfigFormat {
-    /// TOML.
-    Toml,
-    /// YAML (the same schema).
-    Yaml,
-}
-
-impl ConfigFormat {
-    /// YAML for a file name ending in `.yaml` / `.yml`, TOML otherwise.
-    pub fn of_path(path: &std::path::Path) -> Self {
-        match path.extension().and_then(|e| e.to_str()) {
-            Some("yaml" | "yml") => ConfigFormat::Yaml,
-            _ => ConfigFormat::Toml,
-        }
-    }
-}
-
-/// The policy's `check`: parses `text`, validates it as [`Policy::new`](crate::Policy::new) and
-/// [`Policy::reload`](crate::Policy::reload) do ([`PolicyConfig::validate`], the one validation),
-/// and returns the config as TOML with every default spelled out ([`PolicyConfig::normalized`]).
+/// One concurrency rule: at most `limit` requests in flight per key (or in all, with no key).
 ///
+/// ```toml
+/// [[concurrency]]
+/// name = "upstream"
+/// match = { route = { prefix = "/reports/" } }
+/// limit = 8            # at most 8 report requests at once, across all clients
+/// max_hold = "2m"      # a permit not given back is reclaimed after 2 to 4 minutes
+/// retry_after = "2s"   # what a denial tells the client (default 1 s)
 /// ```
-/// use tollgate_policy::{ConfigFormat, check_config};
-/// let text = check_config("[[rules]]\nname = \"g\"\nlimit = 5\nperiod = \"1s\"\n", ConfigFormat::Toml)?;
-/// assert!(text.contains("burst = 5"), "{text}");
-/// assert!(text.contains("algorithm = \"gcra\""), "{text}");
-/// let error = check_config("[[rules]]\nname = \"g\"\nlimit = 0\nperiod = \"1s\"\n", ConfigFormat::Toml)
-///     .unwrap_err();
-/// assert_eq!((error.rule.as_deref(), error.field), (Some("g"), "limit"));
-/// # Ok::<(), tollgate_policy::ConfigError>(())
-/// ```
-///
-/// # Errors
-/// The [`ConfigError`] that loading the config would give, naming the rule and field.
-pub fn check_config(text: &str, format: ConfigFormat) -> Result<String, ConfigError> {
-    let config = match format {
-        ConfigFormat::Toml => PolicyConfig::from_toml(text)?,
-        ConfigFormat::Yaml => PolicyConfig::from_yaml(text)?,
-    };
-    config.normalized()?.to_toml()
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConcurrencyConfig {
+    /// Unique name among all rules (rate and concurrency): in decisions, headers and logs.
+    pub name: String,
+    /// Which requests the rule applies to, as a rate rule's `match`.
+    #[serde(default, rename = "match")]
+    pub matches: BTreeMap<String, MatchSpec>,
+    /// Descriptors whose values form the key (each must be in `match`); empty: one global limit.
+    #[serde(default)]
+    pub key: Vec<String>,
+    /// The most units (requests of cost 1) in flight at once per key, 1..=2²⁰ − 1.
+    pub limit: u64,
+    /// A permit not given back within this long is reclaimed between `max_hold` and
+    /// `2 × max_hold` after its take (default 60 s; set it above your longest legitimate request).
+    #[serde(default = "default_max_hold", with = "humantime_serde")]
+    pub max_hold: Duration,
+    /// Keys the table holds (keyed rules only; ≈ 23 B per key, allocated at load).
+    #[serde(default)]
+    pub capacity: Option<usize>,
+    /// What a denial reports as `retry_after` (default 1 s).
+    #[serde(
+        default,
+        with = "humantime_serde",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub retry_after: Option<Duration>,
+    /// `enforce` (default) or `shadow`.
+    #[serde(default)]
+    pub mode: Mode,
+    /// Priority classes and the share of `limit` kept for each (as a rate rule's `priority`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<PriorityConfig>,
 }
 
-impl PolicyConfig {
-    /// Validates (as [`validate`](Self::validate)) and returns the config with every default
-    /// spelled out: `descriptor_match`, each rule's canonical `algorithm` name and `burst`, a
-    /// striped rule's `stripes` (this machine's parallelism), each override's `burst`. Loading the
-    /// result gives the same policy as loading `self`.
-    ///
-    /// # Errors
-    /// As [`validate`](Self::validate).
-    pub fn normalized(&self) -> Result<PolicyConfig, ConfigError> {
-        self.validate()?;
-        Ok(self.spelled_out())
-    }
-
-    /// [`normalized`](Self::normalized) for a store that keeps no in-process tables
-    /// ([`validate_shared`](Self::validate_shared)).
-    ///
-    /// # Errors
-    /// As [`validate_shared`](Self::validate_shared).
-    #[cfg(feature = "redis")]
-    pub fn normalized_shared(&self) -> Result<PolicyConfig, ConfigError> {
-        self.validate_shared()?;
-        Ok(self.spelled_out())
-    }
-
-    /// The config as TOML (the schema [`from_toml`](Self::from_toml) reads).
-    ///
-    /// # Errors
-    /// [`ConfigErrorKind::Parse`] when the serializer refuses it (it does not for a config this
-    /// crate parsed).
-    pub fn to_toml(&self) -> Result<String, ConfigError> {
-        toml::to_string(self)
-            .map_err(|e| ConfigError::new(None, "toml", ConfigErrorKind::Parse(e.to_string())))
-    }
-
-    fn spelled_out(&self) -> PolicyConfig {
-        let mut config = self.clone();
-        config.descriptor_match.get_or_insert_default();
-        for rule in &mut config.rules {
-            if let Some(kind) = AlgorithmKind::parse(&rule.algorithm) {
-                kind.name().clone_into(&mut rule.algorithm);
-            }
-            rule.burst.get_or_insert(rule.limit);
-            if rule.storage == Storage::Striped {
-                rule.stripes.get_or_insert_with(|| {
-                    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
-                });
-            }
-        }
-        for o in &mut config.overrides {
-            o.burst.get_or_insert(o.limit);
-        }
-        config
-    }
+fn default_max_hold() -> Duration {
+    Duration::from_secs(60)
 }
 
-/// What validation worked out per rule, in config order: the algorithm, the effective quota (with a
-/// delay's extra depth) and the override quotas by key value. Compiling the rules reads it.
-#[derive(Clone, Debug)]
-pub struct Validated {
-    pub(crate) rules: Vec<ValidRule>,
+/// A rule's priority classes and reserved shares (the `priority` field of a rule).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PriorityConfig {
+    /// The descriptor whose value is the request's class (default `"priority"`). It is not part of
+    /// the rule's key, and a request without it is of the lowest class.
+    #[serde(default = "default_descriptor")]
+    pub descriptor: String,
+    /// The classes, highest first. May be left out when `reserve` names one class (it is then the
+    /// one class above every other value).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub classes: Vec<String>,
+    /// Class → the share of each key's capacity kept for it and the classes above it: `"20%"`,
+    /// `"12.5%"`. Each above 0 %, all together below 100 %.
+    pub reserve: BTreeMap<String, String>,
 }
 
-#[derive(Clone, Debug)]
-pub(crate) struct ValidRule {
-    pub algorithm: AlgorithmKind,
-    pub quota: Quota,
-    pub overrides: Vec<(String, Quota)>,
-}
-
-fn quota(
-    rule: Option<&str>,
-    limit: u64,
-    period: Duration,
-    burst: Option<u64>,
-) -> Result<Quota, ConfigError> {
-    let q = Quota::per(period, limit)
-        .map_err(|e| ConfigError::new(rule, field_of(e), ConfigErrorKind::Quota(e)))?;
-    match burst {
-        Some(burst) => q
-            .with_burst(burst)
-            .map_err(|e| ConfigError::new(rule, "burst", ConfigErrorKind::Quota(e))),
-        None => Ok(q),
-    }
-}
-
-fn field_of(error: QuotaError) -> &'static str {
-    match error {
-        QuotaError::ZeroPeriod | QuotaError::PeriodTooLong => "period",
-        QuotaError::ZeroBurst | QuotaError::BurstTooLarge => "burst",
-        _ => "limit",
-    }
-}
-
-/// The quota a delayed rule runs: the burst extended by the units that fit in `max_delay`.
-fn with_delay(
-    rule: Option<&str>,
-    quota: Quota,
-    delay: Option<DelayConfig>,
-) -> Result<Quota, ConfigError> {
-    let Some(delay) = delay else {
-        return Ok(quota);
-    };
-    let extra = delay_units(&quota, delay.max_delay);
-    quota
-        .burst()
-        .checked_add(extra)
-        .and_then(|burst| quota.with_burst(burst).ok())
-        .ok_or_else(|| ConfigError::new(rule, "delay", ConfigErrorKind::Delay))
-}
-
-/// Units of a quota that fit in `max_delay` (rounded down: never more waiting than configured).
-pub(crate) fn delay_units(quota: &Quota, max_delay: Duration) -> u64 {
-    let nanos = u64::try_from(max_delay.as_nanos()).unwrap_or(u64::MAX);
-    nanos / quota.emission_interval_nanos()
-}
-
-fn check_algorithm(
-    rule: Option<&str>,
-    field: &'static str,
-    algorithm: AlgorithmKind,
-    quota: Quota,
-) -> Result<(), ConfigError> {
-    use tollgate_core::{Algorithm, FixedWindow, SlidingWindow};
-    let result = match algorithm {
-        AlgorithmKind::Gcra | AlgorithmKind::LeakyBucket => Ok(()),
-        AlgorithmKind::FixedWindow => FixedWindow::from_quota(quota).map(drop),
-        AlgorithmKind::SlidingWindow => SlidingWindow::from_quota(quota).map(drop),
-    };
-    result.map_err(|e| ConfigError::new(rule, field, ConfigErrorKind::Quota(e)))
+fn default_descriptor() -> String {
+    "priority".to_owned()
 }

@@ -17,7 +17,7 @@ use std::time::Duration;
 use smallvec::SmallVec;
 use tollgate_core::{CheckError, Decision, Nanos, Quota};
 
-use crate::policy::{Descriptors, PolicyDecision, PolicyError, RuleOutcome};
+use crate::decision::{Descriptors, PolicyDecision, PolicyError, RuleOutcome};
 use crate::rules::{KeyBuf, Rule, RuleSet};
 use crate::stats::Outcome;
 #[cfg(feature = "redis")]

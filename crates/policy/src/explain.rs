@@ -13,10 +13,11 @@ use serde::Serialize;
 use tollgate_core::{Clock, Decision, Nanos, Quota};
 
 use crate::config::MatchSpec;
+use crate::decision::{Descriptors, PolicyDecision, PolicyError, RuleOutcome};
 use crate::descriptor_match::DescriptorMatch;
 use crate::engine;
 use crate::inflight::Admission;
-use crate::policy::{Descriptors, Policy, PolicyDecision, PolicyError, RuleOutcome};
+use crate::policy::Policy;
 use crate::rules::{KeyBuf, Rule, RuleSet};
 
 /// A decision's trace: every rule in evaluation order, and which decided.

@@ -60,40 +60,56 @@ struct GuideRollout;
 
 mod charge;
 mod config;
+mod config_error;
+mod config_text;
+mod decision;
 mod descriptor_match;
 mod engine;
 mod explain;
 pub mod inflight;
+mod inflight_rules;
 mod limiter;
+mod live;
 mod policy;
 mod priority;
+#[cfg(feature = "redis")]
+mod redis_policy;
 #[cfg(feature = "redis")]
 mod redis_settle;
 #[cfg(feature = "redis")]
 mod redis_store;
 mod reload;
+mod reload_plan;
 mod rules;
 mod schema;
 mod settle;
 mod stats;
 mod store;
 mod sync;
+mod validate;
 
 pub use charge::Charged;
 pub use config::{
-    AlgorithmKind, ConfigError, ConfigErrorKind, ConfigFormat, DelayConfig, MAX_CAPACITY,
-    MatchSpec, Mode, OverrideConfig, PolicyConfig, RuleConfig, Storage, Validated, check_config,
+    AlgorithmKind, DelayConfig, MAX_CAPACITY, MatchSpec, Mode, OverrideConfig, PolicyConfig,
+    PriorityConfig, RuleConfig, Storage,
 };
+pub use config_error::{ConfigError, ConfigErrorKind};
+pub use config_text::{ConfigFormat, check_config};
+pub use decision::{Descriptors, PolicyDecision, PolicyError, RuleOutcome};
 pub use descriptor_match::DescriptorMatch;
 pub use explain::{Explanation, QuotaView, RuleTrace, Skipped, StateView};
 pub use inflight::{Admission, ConcurrencyConfig};
-pub use policy::{Descriptors, Policy, PolicyDecision, PolicyError, RuleOutcome};
-pub use priority::{PriorityConfig, PriorityError};
+pub use policy::Policy;
+pub use priority::PriorityError;
+#[cfg(feature = "redis")]
+pub use redis_policy::RedisPolicy;
 #[cfg(feature = "redis")]
 pub use redis_settle::{RedisReservation, RedisReserved, Unsettled};
 #[cfg(feature = "redis")]
-pub use redis_store::{RedisPolicy, RedisSettings};
-pub use reload::{PreparedReload, ReloadReport};
+pub use redis_store::RedisSettings;
+pub use reload::PreparedReload;
+pub use reload_plan::ReloadReport;
 pub use schema::DescriptorSchema;
 pub use settle::{Reservation, Reserved, Settlement};
 pub use stats::{PolicySnapshot, RuleStats};
+pub use validate::Validated;

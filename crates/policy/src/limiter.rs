@@ -11,7 +11,8 @@ use tollgate_core::{
 use tollgate_sharded::{KeyedError, KeyedLimiter};
 use tollgate_striped::{LeaseReceipt, StripedConfig, StripedLimiter};
 
-use crate::config::{AlgorithmKind, ConfigErrorKind, Storage};
+use crate::config::{AlgorithmKind, Storage};
+use crate::config_error::ConfigErrorKind;
 use crate::sync::{AtomicU64, Ordering, fence};
 
 /// What a refund needs besides the key: where a striped admission's units came from (the lease,

@@ -41,35 +41,12 @@
 //! (`[[concurrency]]`) takes the same `priority`, its shares being of the rule's `limit` (permits
 //! in flight): a lower class is refused while the permits left are the shares above it.
 
-use std::collections::BTreeMap;
 use std::fmt;
 
-use serde::{Deserialize, Serialize};
 use tollgate_core::Quota;
 
-use crate::config::{AlgorithmKind, MatchSpec, Storage};
+use crate::config::{AlgorithmKind, MatchSpec, PriorityConfig, Storage};
 use crate::descriptor_match::DescriptorMatch;
-
-/// A rule's priority classes and reserved shares (the `priority` field of a rule).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PriorityConfig {
-    /// The descriptor whose value is the request's class (default `"priority"`). It is not part of
-    /// the rule's key, and a request without it is of the lowest class.
-    #[serde(default = "default_descriptor")]
-    pub descriptor: String,
-    /// The classes, highest first. May be left out when `reserve` names one class (it is then the
-    /// one class above every other value).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub classes: Vec<String>,
-    /// Class → the share of each key's capacity kept for it and the classes above it: `"20%"`,
-    /// `"12.5%"`. Each above 0 %, all together below 100 %.
-    pub reserve: BTreeMap<String, String>,
-}
-
-fn default_descriptor() -> String {
-    "priority".to_owned()
-}
 
 /// Why a rule's `priority` was refused.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -271,7 +248,7 @@ mod tests {
 
     fn config(classes: &[&str], reserve: &[(&str, &str)]) -> PriorityConfig {
         PriorityConfig {
-            descriptor: default_descriptor(),
+            descriptor: "priority".to_owned(),
             classes: classes.iter().map(|c| (*c).to_owned()).collect(),
             reserve: reserve
                 .iter()

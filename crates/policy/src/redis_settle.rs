@@ -9,9 +9,10 @@ use tollgate_core::{CheckError, Decision, Nanos};
 use tollgate_redis::{Error, FaultPolicy, SettleKey, SettleOp};
 
 use crate::charge::Charged;
+use crate::decision::{Descriptors, PolicyDecision, PolicyError};
 use crate::engine;
-use crate::policy::{Descriptors, PolicyDecision, PolicyError};
-use crate::redis_store::{Limiter, QuotaLimiter, RedisLive, RedisPolicy, RedisStore};
+use crate::redis_policy::{RedisLive, RedisPolicy};
+use crate::redis_store::{Limiter, QuotaLimiter, RedisStore};
 use crate::settle::Settlement;
 use crate::store::{AsyncStore, BatchAnswer, RuleKey};
 use crate::sync::Ordering;

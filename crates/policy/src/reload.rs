@@ -1,79 +1,18 @@
-//! Reloading a [`Policy`]: the rule-set build, which carries a kept rule's state over, and the
-//! diff between the old rule set and the new one.
+//! Reloading a [`Policy`]: [`Policy::reload`] and [`Policy::prepare_reload`], which validate a
+//! config and build its rule set while changing nothing live (the build is `live.rs`, what it plans
+//! `reload_plan.rs`), and [`PreparedReload::commit`], which applies the plan and publishes the new
+//! rule set.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, MutexGuard};
 
-use tollgate_core::{Clock, Quota};
+use tollgate_core::Clock;
 
-use crate::config::{
-    AlgorithmKind, ConfigError, ConfigErrorKind, PolicyConfig, RuleConfig, Storage, Validated,
-};
-use crate::limiter::{self, RuleLimiter, Spec};
-use crate::policy::{Live, Policy};
-use crate::rules::{Rule, RuleSet, descriptor_index, intern};
-use crate::stats::Counters;
-use crate::store::MemoryStore;
-use tollgate_sharded::KeyedError;
-
-/// What a reload did, per rule name.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ReloadReport {
-    /// Rules whose state (and counters) carried over, under their new quota if it changed.
-    pub kept: Vec<&'static str>,
-    /// Rules that start fresh (new names, or a changed identity).
-    pub fresh: Vec<&'static str>,
-    /// Rules that are gone.
-    pub removed: Vec<&'static str>,
-}
-
-/// What must stay the same for a rule's state to carry over a reload.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Identity {
-    key: Vec<String>,
-    pub(crate) algorithm: AlgorithmKind,
-    storage: Storage,
-    capacity: Option<usize>,
-    stripes: Option<usize>,
-}
-
-impl Identity {
-    pub(crate) fn of(rule: &RuleConfig, algorithm: AlgorithmKind) -> Self {
-        Identity {
-            key: rule.key.clone(),
-            algorithm,
-            storage: rule.storage,
-            capacity: rule.capacity,
-            stripes: rule.stripes,
-        }
-    }
-}
-
-/// Every change a reload makes to state the live policy shares, worked out and checked while
-/// preparing and applied only by [`PreparedReload::commit`].
-#[derive(Default)]
-pub(crate) struct Effects {
-    /// Kept keyed limiters whose default quota changes.
-    requotas: Vec<(Arc<dyn RuleLimiter>, Quota)>,
-    /// Global rules (atomic or striped) rebuilt under a new quota, (new, old): the old one hands
-    /// over to the new one.
-    takeovers: Vec<(Arc<dyn RuleLimiter>, Arc<dyn RuleLimiter>)>,
-    /// Overrides to set on kept tables (their keys pinned while prepared).
-    set: Vec<(Arc<dyn RuleLimiter>, String, Quota)>,
-    /// Overrides to remove from kept tables.
-    remove: Vec<(Arc<dyn RuleLimiter>, String)>,
-}
-
-impl Drop for Effects {
-    /// Takes back the pins that `set` holds: after the commit placed their overrides, or when the
-    /// reload is dropped or fails while being built.
-    fn drop(&mut self) {
-        for (limiter, value, _) in &self.set {
-            limiter.unpin_key(value.as_bytes());
-        }
-    }
-}
+use crate::config::PolicyConfig;
+use crate::config_error::ConfigError;
+use crate::live::Live;
+use crate::policy::Policy;
+use crate::reload_plan::{Effects, ReloadReport};
 
 /// A reload that has been validated and built but has changed nothing live: from
 /// [`Policy::prepare_reload`]. [`commit`](Self::commit) applies it and cannot fail; dropping it
@@ -221,8 +160,9 @@ impl<C: Clock + Clone + 'static> Policy<C> {
     /// thread that prepared it (it is not `Send`): prepare and commit without an `.await` between.
     ///
     /// # Errors
-    /// As [`with_clock`](Self::with_clock), plus [`ConfigErrorKind::Keyed`] when a new override cannot
-    /// be placed in a kept table (its key's probe window is full of live keys, or the table's
+    /// As [`with_clock`](Self::with_clock), plus
+    /// [`ConfigErrorKind::Keyed`](crate::ConfigErrorKind::Keyed) when a new override cannot be
+    /// placed in a kept table (its key's probe window is full of live keys, or the table's
     /// override quotas are all taken).
     pub fn prepare_reload(
         &self,
@@ -243,181 +183,4 @@ impl<C: Clock + Clone + 'static> Policy<C> {
             effects,
         })
     }
-}
-
-impl Live {
-    /// Builds a rule set from a validated config, reusing `old`'s state where identities match.
-    /// Nothing shared with `old` is changed: what must change there is returned as [`Effects`], every
-    /// one of them checked to be applicable (new overrides' keys pinned). The first load ignores
-    /// them (there is no `old`).
-    pub(crate) fn build<C: Clock + Clone + 'static>(
-        config: PolicyConfig,
-        validated: &Validated,
-        clock: &C,
-        old: Option<&Live>,
-    ) -> Result<(Live, ReloadReport, Effects), ConfigError> {
-        let mut names: Vec<Box<str>> = Vec::new();
-        let mut index_of = |name: &str| descriptor_index(&mut names, name);
-        let mut report = ReloadReport::default();
-        let mut effects = Effects::default();
-        let mut rules = Vec::with_capacity(config.rules.len());
-        let mut limiters: Vec<Arc<dyn RuleLimiter>> = Vec::with_capacity(config.rules.len());
-        for (rc, valid) in config.rules.iter().zip(&validated.rules) {
-            let name = intern(&rc.name);
-            let identity = Identity::of(rc, valid.algorithm);
-            let overrides: HashMap<String, Quota> = valid.overrides.iter().cloned().collect();
-            let spec = Spec {
-                algorithm: valid.algorithm,
-                storage: rc.storage,
-                quota: valid.quota,
-                capacity: rc.capacity,
-                stripes: rc.stripes,
-            };
-            let err = |kind: ConfigErrorKind| {
-                let field = match kind {
-                    // A table the allocator cannot provide (or of no keys) is the capacity's fault.
-                    ConfigErrorKind::Keyed(
-                        KeyedError::CapacityTooLarge { .. } | KeyedError::ZeroCapacity,
-                    ) => "capacity",
-                    _ => "rule",
-                };
-                ConfigError::new(Some(&rc.name), field, kind)
-            };
-            let kept = old.and_then(|old| {
-                old.rules
-                    .rules
-                    .iter()
-                    .position(|r| r.name == name && r.identity == identity)
-                    .map(|j| (&old.rules.rules[j], &old.store.limiters[j]))
-            });
-            let (limiter, counters) = match kept {
-                Some((prev, prev_limiter)) => {
-                    let limiter = if prev.quota == valid.quota {
-                        Arc::clone(prev_limiter)
-                    } else if rc.capacity.is_none() {
-                        // A global rule (atomic or striped): rebuilt under the new quota; at the
-                        // commit it retires the old one and carries its word over.
-                        let new: Arc<dyn RuleLimiter> =
-                            Arc::from(limiter::build(&spec, clock).map_err(err)?);
-                        effects
-                            .takeovers
-                            .push((Arc::clone(&new), Arc::clone(prev_limiter)));
-                        new
-                    } else {
-                        effects
-                            .requotas
-                            .push((Arc::clone(prev_limiter), valid.quota));
-                        Arc::clone(prev_limiter)
-                    };
-                    if prev.overrides != overrides {
-                        plan_overrides(&mut effects, &limiter, &prev.overrides, &overrides)
-                            .map_err(|e| {
-                                ConfigError::new(
-                                    Some(&rc.name),
-                                    "overrides",
-                                    ConfigErrorKind::Keyed(e),
-                                )
-                            })?;
-                    }
-                    report.kept.push(name);
-                    (limiter, Arc::clone(&prev.counters))
-                }
-                None => {
-                    let limiter: Arc<dyn RuleLimiter> =
-                        Arc::from(limiter::build(&spec, clock).map_err(err)?);
-                    for (value, quota) in &overrides {
-                        limiter
-                            .set_override(value.as_bytes(), *quota)
-                            .map_err(|e| {
-                                ConfigError::new(
-                                    Some(&rc.name),
-                                    "overrides",
-                                    ConfigErrorKind::Keyed(e),
-                                )
-                            })?;
-                    }
-                    report.fresh.push(name);
-                    (
-                        limiter,
-                        Arc::new(Counters::new(name, &config.metric_labels)),
-                    )
-                }
-            };
-            rules.push(Rule::compile(
-                rc,
-                valid,
-                config.descriptor_match.unwrap_or_default(),
-                &mut index_of,
-                identity,
-                overrides,
-                counters,
-            )?);
-            limiters.push(limiter);
-        }
-        if let Some(old) = old {
-            report.removed = old
-                .rules
-                .rules
-                .iter()
-                .map(|r| r.name)
-                .filter(|name| !report.kept.contains(name))
-                .collect();
-        }
-        // After the rate rules' `removed` list: this adds the concurrency rules to the report.
-        let inflight = crate::inflight::InFlightSet::build(
-            &config,
-            clock,
-            old.map(|old| &old.inflight),
-            &mut report,
-        )?;
-        Ok((
-            Live {
-                rules: RuleSet {
-                    id: crate::schema::next_id(),
-                    names: names.into_boxed_slice(),
-                    // In process every key is in this process: no hash tag.
-                    tag: None,
-                    rules: rules.into_boxed_slice(),
-                    dry_run: config.dry_run,
-                    metrics: config.metrics,
-                    config,
-                },
-                store: MemoryStore {
-                    limiters: limiters.into_boxed_slice(),
-                },
-                inflight,
-            },
-            report,
-            effects,
-        ))
-    }
-}
-
-/// Plans a kept table's override changes from `before` to `after` into `effects`: checks that the
-/// new quotas fit the table's tiers and pins each key that gets a new or changed override (so the
-/// commit can place it). On an error every pin taken so far stays listed in `effects`, whose owner
-/// takes them back.
-fn plan_overrides(
-    effects: &mut Effects,
-    limiter: &Arc<dyn RuleLimiter>,
-    before: &HashMap<String, Quota>,
-    after: &HashMap<String, Quota>,
-) -> Result<(), KeyedError> {
-    let changed: Vec<(&String, Quota)> = after
-        .iter()
-        .filter(|(value, quota)| before.get(*value) != Some(*quota))
-        .map(|(value, quota)| (value, *quota))
-        .collect();
-    let quotas: Vec<Quota> = changed.iter().map(|(_, quota)| *quota).collect();
-    limiter.check_override_quotas(&quotas)?;
-    for (value, quota) in changed {
-        limiter.pin_key(value.as_bytes())?;
-        effects
-            .set
-            .push((Arc::clone(limiter), value.clone(), quota));
-    }
-    for value in before.keys().filter(|v| !after.contains_key(*v)) {
-        effects.remove.push((Arc::clone(limiter), value.clone()));
-    }
-    Ok(())
 }

@@ -3,21 +3,21 @@
 //! here; where a rule's state is kept is a [store](crate::store)'s business.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering as StdOrdering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use smallvec::SmallVec;
 use tollgate_core::{Decision, Nanos, Quota};
 
-use crate::config::{
-    AlgorithmKind, ConfigError, ConfigErrorKind, MatchSpec, Mode, PolicyConfig, RuleConfig,
-    ValidRule, delay_units,
-};
+use crate::config::{AlgorithmKind, MatchSpec, Mode, PolicyConfig, RuleConfig};
+use crate::config_error::{ConfigError, ConfigErrorKind};
+use crate::decision::Descriptors;
 use crate::descriptor_match::{self, DescriptorMatch};
-use crate::policy::Descriptors;
 use crate::priority::Priority;
-use crate::reload::Identity;
+use crate::reload_plan::Identity;
 use crate::stats::{Counters, Outcome, PolicySnapshot, RuleStats};
+use crate::validate::{ValidRule, delay_units};
 
 /// Each descriptor name's value in one request, indexed as [`RuleSet::names`].
 pub(crate) type Values<'a> = SmallVec<[Option<&'a str>; 8]>;
@@ -66,6 +66,14 @@ pub(crate) struct Rule {
     /// Whether `applies` is only "every matched descriptor present": each match is `any`, no
     /// priority, subset matching (worked out at compile time).
     pub(crate) any_match: bool,
+}
+
+/// A new identity for a schema or a rule set: unique for the process (64 bits never wrap).
+pub(crate) fn next_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    // Relaxed: the RMW alone makes each value unique; it orders nothing else. (Plain std: an
+    // identity is not synchronised state, so the loom build needs no model of it.)
+    NEXT.fetch_add(1, StdOrdering::Relaxed)
 }
 
 /// Rule names live for the process: decisions hand out `&'static str` without a reference count.
@@ -295,7 +303,7 @@ impl RuleSet {
     #[cfg(feature = "redis")]
     pub(crate) fn compile(
         config: PolicyConfig,
-        validated: &crate::config::Validated,
+        validated: &crate::validate::Validated,
         old: Option<&RuleSet>,
     ) -> Result<RuleSet, ConfigError> {
         let mut names: Vec<Box<str>> = Vec::new();
@@ -326,7 +334,7 @@ impl RuleSet {
             )?);
         }
         Ok(RuleSet {
-            id: crate::schema::next_id(),
+            id: next_id(),
             names: names.into_boxed_slice(),
             tag: None,
             rules: rules.into_boxed_slice(),

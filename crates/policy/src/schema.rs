@@ -10,18 +10,9 @@
 //! matters, and each is asked for).
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering as StdOrdering};
 
 use crate::descriptor_match::DescriptorMatch;
-use crate::rules::{RuleSet, Values};
-
-/// A new identity for a schema or a rule set: unique for the process (64 bits never wrap).
-pub(crate) fn next_id() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    // Relaxed: the RMW alone makes each value unique; it orders nothing else. (Plain std: an
-    // identity is not synchronised state, so the loom build needs no model of it.)
-    NEXT.fetch_add(1, StdOrdering::Relaxed)
-}
+use crate::rules::{RuleSet, Values, next_id};
 
 /// The descriptor names an edge supplies, in its order: position `i` of a request's values is
 /// name `i`. When a name occurs twice, the first position with a value counts (as the first pair

@@ -55,9 +55,11 @@ use smallvec::SmallVec;
 use tollgate_core::{CheckError, Clock, Decision, Nanos};
 
 use crate::config::AlgorithmKind;
+use crate::decision::{Descriptors, PolicyDecision, PolicyError};
 use crate::engine;
 use crate::limiter::Receipt;
-use crate::policy::{Descriptors, Live, Policy, PolicyDecision, PolicyError};
+use crate::live::Live;
+use crate::policy::Policy;
 use crate::store::{MemoryStore, RuleKey, Store};
 use crate::sync::Ordering;
 
