@@ -205,8 +205,25 @@ impl Replay {
         let mut input = input;
         let mut buf = std::mem::take(&mut self.buf);
         let mut scratch = parse::Scratch::default();
+        let max = self.bounds.line_bytes;
         let read = loop {
-            match read_line(&mut input, &mut buf, self.bounds.line_bytes) {
+            // Most lines lie whole in the reader's buffer: decided there, not copied.
+            let available = match input.fill_buf() {
+                Ok(available) => available,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => break Err(e),
+            };
+            if available.is_empty() {
+                break Ok(());
+            }
+            if let Some(at) = memchr::memchr(b'\n', available).filter(|&at| at <= max) {
+                self.lines += 1;
+                self.line(&available[..at], format, &mut scratch);
+                input.consume(at + 1);
+                continue;
+            }
+            // A line across the end of the reader's buffer, or longer than the bound.
+            match read_line(&mut input, &mut buf, max) {
                 Ok(Line::End) => break Ok(()),
                 Ok(Line::TooLong) => {
                     self.lines += 1;
@@ -214,24 +231,31 @@ impl Replay {
                 }
                 Ok(Line::Whole) => {
                     self.lines += 1;
-                    let line = self.lines;
-                    let mut text = &buf[..];
-                    while let [rest @ .., b'\n' | b'\r'] = text {
-                        text = rest;
-                    }
-                    if text.iter().all(u8::is_ascii_whitespace) {
-                        continue;
-                    }
-                    match parse::parse_line(format, text, &mut scratch) {
-                        Ok(request) => self.request(&request, line),
-                        Err(why) => self.malformed(line, why),
-                    }
+                    self.line(&buf, format, &mut scratch);
                 }
                 Err(e) => break Err(e),
             }
         };
         self.buf = buf;
         read
+    }
+
+    /// Decides line number `self.lines`, `text` (its newline, if any, still on): blank lines are
+    /// skipped, malformed ones counted.
+    #[inline]
+    fn line(&mut self, mut text: &[u8], format: Format, scratch: &mut parse::Scratch) {
+        while let [rest @ .., b'\n' | b'\r'] = text {
+            text = rest;
+        }
+        if text.iter().all(u8::is_ascii_whitespace) {
+            return;
+        }
+        let line = self.lines;
+        let mut request = Request::default();
+        match parse::parse_line_into(format, text, scratch, &mut request) {
+            Ok(()) => self.request(&request, line),
+            Err(why) => self.malformed(line, why),
+        }
     }
 
     /// What this replay holds now, the policies' tables aside (see the
@@ -292,4 +316,98 @@ pub fn generate(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a replay found, to compare two replays of the same log.
+    fn outcome(replay: &Replay) -> String {
+        let rules: Vec<String> = replay
+            .new
+            .rules
+            .iter()
+            .map(|r| {
+                format!(
+                    "{} {} {} {} {:?} {:?}",
+                    r.rule,
+                    r.allowed,
+                    r.denied,
+                    r.shadow_denied,
+                    r.top_denied(10),
+                    r.first_denial
+                )
+            })
+            .collect();
+        format!(
+            "{} lines, {} requests, malformed {:?}; {rules:?}",
+            replay.lines, replay.requests, replay.malformed_lines
+        )
+    }
+
+    #[test]
+    fn lines_across_the_readers_buffer_are_decided_as_lines_within_it() {
+        let config = || {
+            PolicyConfig::from_toml(
+                r#"
+                [[rules]]
+                name = "per_user"
+                match = { user = "any" }
+                key = ["user"]
+                limit = 2
+                period = "1s"
+                capacity = 10
+                [[rules]]
+                name = "per_pair"
+                match = { user = "any", path = "any" }
+                key = ["user", "path"]
+                limit = 3
+                period = "1s"
+                capacity = 10
+                "#,
+            )
+            .expect("config")
+        };
+        let mut log = String::new();
+        for n in 0..12 {
+            let user = ["a", "b", "a\\\"q"][n % 3];
+            log.push_str(&format!(
+                "{{\"ts\":{}.{n:03},\"descriptors\":{{\"user\":\"{user}\",\"path\":\"/p\"}}}}\n",
+                n / 4
+            ));
+            match n % 4 {
+                0 => log.push('\n'),
+                1 => log.push_str(&format!("{{\"ts\":1,\"pad\":\"{}\"}}\n", "x".repeat(100))),
+                2 => log.push_str("{\"ts\":2,\"descriptors\":{\"user\":\"c\"}}\r\n"),
+                _ => log.push_str("not json\n"),
+            }
+        }
+        log.push_str(r#"{"ts":9,"descriptors":{"user":"z"}}"#);
+        let bounds = ReplayBounds {
+            line_bytes: 80,
+            ..ReplayBounds::default()
+        };
+        let mut whole = Replay::with_bounds(config(), None, bounds).expect("replay");
+        whole.run(log.as_bytes(), Format::Json).expect("read");
+        assert_eq!(
+            whole.malformed_lines.len(),
+            6,
+            "{:?}",
+            whole.malformed_lines
+        );
+        assert!(whole.malformed_lines.contains(&(4, LineError::TooLong)));
+        assert_eq!(whole.requests, 12 + 3 + 1);
+        let expected = outcome(&whole);
+        for capacity in [1, 2, 7, 40, 79, 80, 81, 82, 200] {
+            let input = std::io::BufReader::with_capacity(capacity, log.as_bytes());
+            let mut replay = Replay::with_bounds(config(), None, bounds).expect("replay");
+            replay.run(input, Format::Json).expect("read");
+            assert_eq!(
+                outcome(&replay),
+                expected,
+                "reader buffer of {capacity} bytes"
+            );
+        }
+    }
 }

@@ -31,7 +31,8 @@ pub enum Format {
     Envoy,
 }
 
-/// One request read from a line; strings borrow the line (or the [`Scratch`]).
+/// One request read from a line; strings borrow the line (or the [`Scratch`]). The default is
+/// a request at 0 with no descriptors and cost 1.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Request<'a> {
     /// Nanoseconds since the log's epoch (Unix time for nginx and Envoy logs).
@@ -40,6 +41,16 @@ pub struct Request<'a> {
     pub descriptors: SmallVec<[(&'a str, &'a str); 8]>,
     /// Units.
     pub cost: u64,
+}
+
+impl Default for Request<'_> {
+    fn default() -> Self {
+        Request {
+            ts_ns: 0,
+            descriptors: SmallVec::new(),
+            cost: 1,
+        }
+    }
 }
 
 /// Why a line was not read.
@@ -96,19 +107,38 @@ pub fn parse_line<'a>(
     line: &'a [u8],
     scratch: &'a mut Scratch,
 ) -> Result<Request<'a>, LineError> {
-    let line = std::str::from_utf8(line).map_err(|_| LineError::Utf8)?;
-    match format {
-        Format::Json => match parse_json_fast(line) {
-            Ok(Some(request)) => Ok(request),
-            Ok(None) => parse_json_slow(line, scratch),
-            Err(e) => Err(e),
-        },
-        Format::Nginx => parse_nginx(line),
-        Format::Envoy => parse_envoy(line),
-    }
+    let mut request = Request::default();
+    parse_line_into(format, line, scratch, &mut request)?;
+    Ok(request)
 }
 
-/// A cursor over a JSON line.
+/// [`parse_line`] into `request` (overwritten; on an error, left in any state): the replay's hot
+/// loop keeps one request on its stack, so its descriptors are not moved on every return.
+///
+/// # Errors
+/// As [`parse_line`].
+#[inline]
+pub fn parse_line_into<'a>(
+    format: Format,
+    line: &'a [u8],
+    scratch: &'a mut Scratch,
+    request: &mut Request<'a>,
+) -> Result<(), LineError> {
+    let line = std::str::from_utf8(line).map_err(|_| LineError::Utf8)?;
+    match format {
+        Format::Json => {
+            if !parse_json_fast(line, request)? {
+                *request = parse_json_slow(line, scratch)?;
+            }
+        }
+        Format::Nginx => *request = parse_nginx(line)?,
+        Format::Envoy => *request = parse_envoy(line)?,
+    }
+    Ok(())
+}
+
+/// A cursor over a JSON line (bytes of a valid UTF-8 line: every slice it cuts at an ASCII
+/// quote is valid UTF-8 too).
 struct Cursor<'a> {
     s: &'a str,
     i: usize,
@@ -118,13 +148,20 @@ struct Cursor<'a> {
 type Fast<T> = Result<Option<T>, LineError>;
 
 impl<'a> Cursor<'a> {
+    #[inline]
     fn ws(&mut self) {
         let b = self.s.as_bytes();
-        while self.i < b.len() && matches!(b[self.i], b' ' | b'\t' | b'\r') {
+        while let Some(b' ' | b'\t' | b'\r') = b.get(self.i) {
             self.i += 1;
         }
     }
+    #[inline]
     fn eat(&mut self, c: u8) -> bool {
+        // Compact JSON (no whitespace between tokens) takes the first test.
+        if self.s.as_bytes().get(self.i) == Some(&c) {
+            self.i += 1;
+            return true;
+        }
         self.ws();
         if self.s.as_bytes().get(self.i) == Some(&c) {
             self.i += 1;
@@ -133,40 +170,80 @@ impl<'a> Cursor<'a> {
             false
         }
     }
+    #[inline]
     fn peek(&mut self) -> Option<u8> {
         self.ws();
         self.s.as_bytes().get(self.i).copied()
     }
     /// A string without escapes, borrowed.
+    #[inline]
     fn string(&mut self) -> Fast<&'a str> {
         if !self.eat(b'"') {
             return Err(LineError::Syntax);
         }
-        let rest = &self.s.as_bytes()[self.i..];
-        let Some(end) = rest.iter().position(|&c| c == b'"' || c == b'\\') else {
-            return Err(LineError::Syntax);
-        };
-        if rest[end] == b'\\' {
-            return Ok(None);
+        let b = self.s.as_bytes();
+        let start = self.i;
+        let mut end = start;
+        loop {
+            match b.get(end) {
+                Some(b'"') => break,
+                Some(b'\\') => return Ok(None),
+                Some(_) => end += 1,
+                None => return Err(LineError::Syntax),
+            }
         }
-        let out = &self.s[self.i..self.i + end];
-        self.i += end + 1;
-        Ok(Some(out))
+        self.i = end + 1;
+        // The quotes are ASCII, so both ends are character boundaries.
+        Ok(self.s.get(start..end))
     }
     /// A number's text.
+    #[inline]
     fn number(&mut self) -> Result<&'a str, LineError> {
         self.ws();
         let b = self.s.as_bytes();
         let start = self.i;
-        while self.i < b.len()
-            && matches!(b[self.i], b'0'..=b'9' | b'.' | b'-' | b'+' | b'e' | b'E')
-        {
+        while let Some(b'0'..=b'9' | b'.' | b'-' | b'+' | b'e' | b'E') = b.get(self.i) {
             self.i += 1;
         }
         if start == self.i {
             return Err(LineError::Syntax);
         }
         Ok(&self.s[start..self.i])
+    }
+    /// A timestamp (seconds, an optional fraction) as nanoseconds, in one pass: what
+    /// [`seconds_to_ns`] of [`number`](Self::number)'s text answers, with the same errors (no
+    /// number: `Syntax`; a number that is not whole seconds with an optional fraction, or too
+    /// large: `Timestamp`).
+    #[inline]
+    fn timestamp(&mut self) -> Result<u64, LineError> {
+        let in_number = |c: &u8| matches!(c, b'0'..=b'9' | b'.' | b'-' | b'+' | b'e' | b'E');
+        self.ws();
+        let b = self.s.as_bytes();
+        let start = self.i;
+        let mut seconds = Some(0u64);
+        while let Some(&d) = b.get(self.i).filter(|d| d.is_ascii_digit()) {
+            seconds = seconds.and_then(|s| s.checked_mul(10)?.checked_add(u64::from(d - b'0')));
+            self.i += 1;
+        }
+        let whole = self.i - start;
+        let mut ns = Some(0);
+        if b.get(self.i) == Some(&b'.') {
+            self.i += 1;
+            let digits = self.i;
+            while b.get(self.i).is_some_and(u8::is_ascii_digit) {
+                self.i += 1;
+            }
+            ns = fraction_ns(&b[digits..self.i]);
+        }
+        if self.i == start && !b.get(self.i).is_some_and(in_number) {
+            return Err(LineError::Syntax);
+        }
+        if whole == 0 || b.get(self.i).is_some_and(in_number) {
+            return Err(LineError::Timestamp);
+        }
+        seconds
+            .and_then(|s| s.checked_mul(1_000_000_000)?.checked_add(ns?))
+            .ok_or(LineError::Timestamp)
     }
     /// Skips a scalar value (string, number, true, false, null).
     fn skip_scalar(&mut self) -> Fast<()> {
@@ -184,60 +261,69 @@ impl<'a> Cursor<'a> {
             _ => self.number().map(|_| Some(())),
         }
     }
+    /// The descriptors object, `{"name": "value", ...}`, borrowed into `found` (cleared first).
+    #[inline]
+    fn descriptors(&mut self, found: &mut SmallVec<[(&'a str, &'a str); 8]>) -> Fast<()> {
+        found.clear();
+        if !self.eat(b'{') {
+            return Err(LineError::Descriptors);
+        }
+        if self.eat(b'}') {
+            return Ok(Some(()));
+        }
+        loop {
+            let Some(name) = self.string()? else {
+                return Ok(None);
+            };
+            if !self.eat(b':') {
+                return Err(LineError::Syntax);
+            }
+            if self.peek() != Some(b'"') {
+                return Err(LineError::Descriptors);
+            }
+            let Some(value) = self.string()? else {
+                return Ok(None);
+            };
+            found.push((name, value));
+            if self.eat(b'}') {
+                return Ok(Some(()));
+            }
+            if !self.eat(b',') {
+                return Err(LineError::Syntax);
+            }
+        }
+    }
 }
 
-fn parse_json_fast(line: &str) -> Fast<Request<'_>> {
+/// The fast scanner into `request`: `Ok(false)` for a line it leaves to serde_json (escapes, an
+/// object or array in an unknown field).
+fn parse_json_fast<'a>(line: &'a str, request: &mut Request<'a>) -> Result<bool, LineError> {
     let mut c = Cursor { s: line, i: 0 };
     if !c.eat(b'{') {
         return Err(LineError::Syntax);
     }
-    let (mut ts, mut cost, mut descriptors) = (None, 1, None);
+    let (mut ts, mut cost, mut descriptors) = (None, 1, false);
     if !c.eat(b'}') {
         loop {
             let Some(field) = c.string()? else {
-                return Ok(None);
+                return Ok(false);
             };
             if !c.eat(b':') {
                 return Err(LineError::Syntax);
             }
-            match field {
-                "ts" => ts = Some(seconds_to_ns(c.number()?).ok_or(LineError::Timestamp)?),
-                "cost" => {
-                    cost = c.number()?.parse().map_err(|_| LineError::Cost)?;
-                }
-                "descriptors" => {
-                    let mut found = SmallVec::new();
-                    if !c.eat(b'{') {
-                        return Err(LineError::Descriptors);
+            // Matched as bytes: compiled to a length test and a word compare, not a call.
+            match field.as_bytes() {
+                b"ts" => ts = Some(c.timestamp()?),
+                b"cost" => cost = c.number()?.parse().map_err(|_| LineError::Cost)?,
+                b"descriptors" => {
+                    if c.descriptors(&mut request.descriptors)?.is_none() {
+                        return Ok(false);
                     }
-                    if !c.eat(b'}') {
-                        loop {
-                            let Some(name) = c.string()? else {
-                                return Ok(None);
-                            };
-                            if !c.eat(b':') {
-                                return Err(LineError::Syntax);
-                            }
-                            if c.peek() != Some(b'"') {
-                                return Err(LineError::Descriptors);
-                            }
-                            let Some(value) = c.string()? else {
-                                return Ok(None);
-                            };
-                            found.push((name, value));
-                            if c.eat(b'}') {
-                                break;
-                            }
-                            if !c.eat(b',') {
-                                return Err(LineError::Syntax);
-                            }
-                        }
-                    }
-                    descriptors = Some(found);
+                    descriptors = true;
                 }
                 _ => {
                     if c.skip_scalar()?.is_none() {
-                        return Ok(None);
+                        return Ok(false);
                     }
                 }
             }
@@ -253,11 +339,12 @@ fn parse_json_fast(line: &str) -> Fast<Request<'_>> {
     if c.i != line.len() {
         return Err(LineError::Syntax);
     }
-    Ok(Some(Request {
-        ts_ns: ts.ok_or(LineError::Timestamp)?,
-        descriptors: descriptors.ok_or(LineError::Descriptors)?,
-        cost,
-    }))
+    request.ts_ns = ts.ok_or(LineError::Timestamp)?;
+    if !descriptors {
+        return Err(LineError::Descriptors);
+    }
+    request.cost = cost;
+    Ok(true)
 }
 
 fn parse_json_slow<'a>(line: &str, scratch: &'a mut Scratch) -> Result<Request<'a>, LineError> {
@@ -281,24 +368,53 @@ fn parse_json_slow<'a>(line: &str, scratch: &'a mut Scratch) -> Result<Request<'
     })
 }
 
-/// `"1733300000.125"` seconds as nanoseconds, exactly (at most 9 fraction digits are read).
+/// `"1733300000.125"` seconds as nanoseconds, exactly (at most 9 fraction digits are read; the
+/// rest must be digits too). One pass, no allocation.
 fn seconds_to_ns(text: &str) -> Option<u64> {
-    let (whole, frac) = text.split_once('.').unwrap_or((text, ""));
-    if whole.is_empty() || !whole.bytes().all(|b| b.is_ascii_digit()) {
+    let (whole, frac) = match text.as_bytes().iter().position(|&b| b == b'.') {
+        Some(dot) => (&text.as_bytes()[..dot], &text.as_bytes()[dot + 1..]),
+        None => (text.as_bytes(), &[][..]),
+    };
+    if whole.is_empty() {
         return None;
     }
-    if !frac.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
+    let mut seconds: u64 = 0;
+    for &b in whole {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        seconds = seconds.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
     }
-    let mut ns: u64 = 0;
-    for (k, b) in frac.bytes().take(9).enumerate() {
-        ns += u64::from(b - b'0') * 10u64.pow(8 - u32::try_from(k).ok()?);
-    }
-    whole
-        .parse::<u64>()
-        .ok()?
+    seconds
         .checked_mul(1_000_000_000)?
-        .checked_add(ns)
+        .checked_add(fraction_ns(frac)?)
+}
+
+/// The digits after a decimal point as nanoseconds (the first 9 read; all must be digits).
+fn fraction_ns(digits: &[u8]) -> Option<u64> {
+    let mut ns: u64 = 0;
+    for (k, &b) in digits.iter().enumerate() {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        if k < 9 {
+            ns = ns * 10 + u64::from(b - b'0');
+        }
+    }
+    // Fewer than 9 digits: scale up (".125" is 125 000 000 ns).
+    const SCALE: [u64; 10] = [
+        1_000_000_000,
+        100_000_000,
+        10_000_000,
+        1_000_000,
+        100_000,
+        10_000,
+        1_000,
+        100,
+        10,
+        1,
+    ];
+    Some(ns * SCALE[digits.len().min(9)])
 }
 
 /// Days since 1970-01-01 of a civil date (proleptic Gregorian).
@@ -374,11 +490,7 @@ fn envoy_time(t: &str) -> Option<u64> {
     let (y, mo, da) = (d.next()?, d.next()?, d.next()?);
     let (hms, frac) = time.split_once('.').unwrap_or((time, ""));
     let mut p = hms.splitn(3, ':');
-    let frac_ns = if frac.is_empty() {
-        0
-    } else {
-        seconds_to_ns(&format!("0.{frac}"))?
-    };
+    let frac_ns = fraction_ns(frac.as_bytes())?;
     unix_ns(
         num(y)?,
         num(mo)?,
@@ -512,6 +624,47 @@ mod tests {
             Err(LineError::Cost)
         );
         assert_eq!(parse(Format::Json, "garbage"), Err(LineError::Syntax));
+    }
+
+    #[test]
+    fn json_timestamps_read_in_one_pass_as_seconds_to_ns_reads_them() {
+        let ts = |text: &str| {
+            parse(
+                Format::Json,
+                &format!(r#"{{"ts":{text},"descriptors":{{}}}}"#),
+            )
+            .map(|p| p.0)
+        };
+        assert_eq!(ts("1700000000.123456789"), Ok(1_700_000_000_123_456_789));
+        assert_eq!(ts("12.5"), Ok(12_500_000_000));
+        assert_eq!(ts("7"), Ok(7_000_000_000));
+        assert_eq!(ts("7."), Ok(7_000_000_000));
+        assert_eq!(
+            ts("1.0000000019"),
+            Ok(1_000_000_001),
+            "digits past the 9th are dropped"
+        );
+        assert_eq!(ts(" 3 "), Ok(3_000_000_000));
+        for bad in [
+            ".5",
+            "-5",
+            "1e5",
+            "1.2.3",
+            "1.5E3",
+            "+1",
+            "18446744073709551616",
+        ] {
+            assert_eq!(ts(bad), Err(LineError::Timestamp), "{bad}");
+            assert_eq!(seconds_to_ns(bad), None, "{bad}");
+        }
+        assert_eq!(
+            ts("18446744074"),
+            Err(LineError::Timestamp),
+            "past u64 nanoseconds"
+        );
+        for bad in ["\"x\"", "null", "true"] {
+            assert_eq!(ts(bad), Err(LineError::Syntax), "{bad}");
+        }
     }
 
     #[test]

@@ -21,7 +21,7 @@ pub struct RuleReport {
     pub shadow_denied: u64,
     /// Denials (enforced or shadow) per key; at most [`ReplayBounds::tracked_keys`] keys, each
     /// at most [`ReplayBounds::key_bytes`] long.
-    pub denied_keys: HashMap<Box<str>, u64>,
+    pub denied_keys: HashMap<Box<str>, u64, foldhash::fast::RandomState>,
     /// Whether more keys were denied than tracked.
     pub keys_overflowed: bool,
     /// The first denial: line number, seconds since the first request, key.
@@ -32,6 +32,62 @@ pub struct RuleReport {
 }
 
 impl RuleReport {
+    /// Counts a denial of `request` (read from line `at.0`, decided at `at.1` ns) under its key
+    /// for this rule; `scratch` holds the key's text when it is not one descriptor's value.
+    #[inline]
+    fn count_denial(
+        &mut self,
+        request: &Request<'_>,
+        scratch: &mut String,
+        bounds: ReplayBounds,
+        (line, now): (u64, u64),
+    ) {
+        let value_of = |name: &str| {
+            request
+                .descriptors
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map_or("", |(_, v)| v)
+        };
+        // A one-descriptor key within the bound (the common case) is that value, borrowed from
+        // the line; any other is built (and cut) in `scratch`.
+        let single = match self.key_names.as_slice() {
+            [name] => Some(value_of(name)),
+            _ => None,
+        };
+        let key = match single {
+            Some(value) if value.len() <= bounds.key_bytes => value,
+            _ => {
+                scratch.clear();
+                match single {
+                    Some(value) => scratch.push_str(value),
+                    None => {
+                        for (k, name) in self.key_names.iter().enumerate() {
+                            if k > 0 {
+                                scratch.push(',');
+                            }
+                            scratch.push_str(value_of(name));
+                        }
+                    }
+                }
+                cut(scratch, bounds.key_bytes);
+                scratch.as_str()
+            }
+        };
+        if let Some(count) = self.denied_keys.get_mut(key) {
+            *count += 1;
+        } else if self.denied_keys.len() < bounds.tracked_keys {
+            self.denied_keys.insert(key.into(), 1);
+        } else {
+            self.keys_overflowed = true;
+        }
+        if self.first_denial.is_none() {
+            #[allow(clippy::cast_precision_loss)]
+            let secs = now as f64 / 1e9;
+            self.first_denial = Some((line, secs, key.to_owned()));
+        }
+    }
+
     /// The `n` keys with the most denials, most first (ties by key).
     pub fn top_denied(&self, n: usize) -> Vec<(&str, u64)> {
         let mut keys: Vec<(&str, u64)> = self.denied_keys.iter().map(|(k, v)| (&**k, *v)).collect();
@@ -53,6 +109,9 @@ pub struct Side {
     pub denied: u64,
     /// Requests no enforcing rule could ever admit (cost too large).
     pub errors: u64,
+    /// Per rule of the policy (evaluation order): its name as the engine's outcomes carry it
+    /// and the index of its report in `rules`.
+    by_name: Vec<(&'static str, usize)>,
     key: String,
     bounds: ReplayBounds,
 }
@@ -71,7 +130,7 @@ impl Side {
     /// # Errors
     /// The config's [`ConfigError`].
     pub fn with_bounds(config: PolicyConfig, bounds: ReplayBounds) -> Result<Self, ConfigError> {
-        let rules = config
+        let rules: Vec<RuleReport> = config
             .rules
             .iter()
             .map(|r| RuleReport {
@@ -80,10 +139,20 @@ impl Side {
                 ..RuleReport::default()
             })
             .collect();
+        let policy = Policy::with_clock(config, ManualClock::new())?;
+        let by_name = policy
+            .rules()
+            .into_iter()
+            .filter_map(|name| {
+                let at = rules.iter().position(|r: &RuleReport| r.rule == name)?;
+                Some((name, at))
+            })
+            .collect();
         Ok(Side {
-            policy: Policy::with_clock(config, ManualClock::new())?,
+            policy,
             outcomes: Vec::with_capacity(8),
             rules,
+            by_name,
             admitted: 0,
             denied: 0,
             errors: 0,
@@ -111,8 +180,16 @@ impl Side {
             Ok(_) => self.denied += 1,
             Err(_) => self.errors += 1,
         }
-        for outcome in &self.outcomes {
-            let Some(rule) = self.rules.iter_mut().find(|r| r.rule == outcome.rule) else {
+        let Side {
+            outcomes,
+            rules,
+            by_name,
+            key,
+            bounds,
+            ..
+        } = self;
+        for outcome in outcomes.iter() {
+            let Some(rule) = report_of(by_name, outcome.rule).map(|at| &mut rules[at]) else {
                 continue;
             };
             let allowed = outcome.decision.is_allowed();
@@ -135,31 +212,7 @@ impl Side {
                 }
             }
             if !allowed {
-                self.key.clear();
-                for (k, name) in rule.key_names.iter().enumerate() {
-                    if k > 0 {
-                        self.key.push(',');
-                    }
-                    let value = request
-                        .descriptors
-                        .iter()
-                        .find(|(n, _)| n == name)
-                        .map_or("", |(_, v)| v);
-                    self.key.push_str(value);
-                }
-                cut(&mut self.key, self.bounds.key_bytes);
-                if let Some(count) = rule.denied_keys.get_mut(self.key.as_str()) {
-                    *count += 1;
-                } else if rule.denied_keys.len() < self.bounds.tracked_keys {
-                    rule.denied_keys.insert(self.key.as_str().into(), 1);
-                } else {
-                    rule.keys_overflowed = true;
-                }
-                if rule.first_denial.is_none() {
-                    #[allow(clippy::cast_precision_loss)]
-                    let secs = now as f64 / 1e9;
-                    rule.first_denial = Some((line, secs, self.key.clone()));
-                }
+                rule.count_denial(request, key, *bounds, (line, now));
             }
         }
     }
@@ -173,6 +226,18 @@ impl Side {
         }
         held
     }
+}
+
+/// The index of the report of the rule an outcome names: found by the name's address (the engine
+/// hands out the names it compiled, the ones `by_name` holds), by its text otherwise.
+#[inline]
+fn report_of(by_name: &[(&'static str, usize)], rule: &str) -> Option<usize> {
+    let same = |name: &str| std::ptr::eq(name, rule);
+    by_name
+        .iter()
+        .find(|(name, _)| same(name))
+        .or_else(|| by_name.iter().find(|(name, _)| *name == rule))
+        .map(|&(_, at)| at)
 }
 
 /// Cuts `key` to at most `max` bytes (on a character boundary), ending in `...` when cut.
