@@ -32,8 +32,8 @@ pub struct RuleReport {
 }
 
 impl RuleReport {
-    /// Counts a denial of `request` (read from line `at.0`, decided at `at.1` ns) under its key
-    /// for this rule; `scratch` holds the key's text when it is not one descriptor's value.
+    /// Counts a denial of `request` (read from line `line`, decided at `now` ns) under its key for
+    /// this rule; `scratch` holds the key's text when it is not one descriptor's value.
     #[inline]
     fn count_denial(
         &mut self,
