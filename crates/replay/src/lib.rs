@@ -10,10 +10,12 @@
 //!   missing timestamp, descriptors or cost, or longer than [`MAX_LINE_BYTES`]); the report says
 //!   how many more there were. They never stop the replay and change nothing else: the lines
 //!   around them are decided as if they were absent. Only a read error (the file itself) stops it.
-//! * Time: each request is decided at its timestamp on the policy's [`ManualClock`]'s scale (the
-//!   first request at 0). A line earlier than one before it is decided at the latest time seen
-//!   (logs are written as requests finish, slightly out of order).
-//! * Counts per rule are the engine's own ([`Policy::snapshot`]'s meaning): a rule evaluated after
+//! * Time: each request is decided at its timestamp on the policy's
+//!   [`ManualClock`](tollgate_core::ManualClock)'s scale (the first request at 0). A line earlier
+//!   than one before it is decided at the latest time seen (logs are written as requests finish,
+//!   slightly out of order).
+//! * Counts per rule are the engine's own
+//!   ([`Policy::snapshot`](tollgate_policy::Policy::snapshot)'s meaning): a rule evaluated after
 //!   another denied is only peeked, and its verdict counted.
 //!
 //! # Memory
@@ -33,7 +35,8 @@
 //!
 //! and for the stream: one line buffer of at most [`MAX_LINE_BYTES`] (a longer line is skipped
 //! to its end without being buffered, and counted malformed), and [`MAX_REPORTED_LINES`] malformed
-//! line numbers. [`ReplayBounds`] sets these bounds (the defaults are the constants);
+//! line numbers. A line that lies whole in the input's own buffer (the [`BufRead`]'s) is decided
+//! there; the line buffer holds only a line across that buffer's end. [`ReplayBounds`] sets these bounds (the defaults are the constants);
 //! [`Replay::retained`] says what a replay holds now and [`Replay::retained_bound`] the most it
 //! can hold, which `tests/bounded_memory.rs` checks on a long synthetic stream (with a counting
 //! allocator: the heap does not grow over its second half). The report and the timeline picture
