@@ -10,10 +10,12 @@
 //!   missing timestamp, descriptors or cost, or longer than [`MAX_LINE_BYTES`]); the report says
 //!   how many more there were. They never stop the replay and change nothing else: the lines
 //!   around them are decided as if they were absent. Only a read error (the file itself) stops it.
-//! * Time: each request is decided at its timestamp on the policy's [`ManualClock`]'s scale (the
-//!   first request at 0). A line earlier than one before it is decided at the latest time seen
-//!   (logs are written as requests finish, slightly out of order).
-//! * Counts per rule are the engine's own ([`Policy::snapshot`]'s meaning): a rule evaluated after
+//! * Time: each request is decided at its timestamp on the policy's
+//!   [`ManualClock`](tollgate_core::ManualClock)'s scale (the first request at 0). A line earlier
+//!   than one before it is decided at the latest time seen (logs are written as requests finish,
+//!   slightly out of order).
+//! * Counts per rule are the engine's own
+//!   ([`Policy::snapshot`](tollgate_policy::Policy::snapshot)'s meaning): a rule evaluated after
 //!   another denied is only peeked, and its verdict counted.
 //!
 //! # Memory
@@ -33,22 +35,27 @@
 //!
 //! and for the stream: one line buffer of at most [`MAX_LINE_BYTES`] (a longer line is skipped
 //! to its end without being buffered, and counted malformed), and [`MAX_REPORTED_LINES`] malformed
-//! line numbers. [`ReplayBounds`] sets these bounds (the defaults are the constants);
+//! line numbers. A line that lies whole in the input's own buffer (the [`BufRead`]'s) is decided
+//! there; the line buffer holds only a line across that buffer's end. [`ReplayBounds`] sets these bounds (the defaults are the constants);
 //! [`Replay::retained`] says what a replay holds now and [`Replay::retained_bound`] the most it
 //! can hold, which `tests/bounded_memory.rs` checks on a long synthetic stream (with a counting
 //! allocator: the heap does not grow over its second half). The report and the timeline picture
 //! are computed from these (the picture averages long spans into at most 600 points a line).
 
+mod lines;
 pub mod parse;
 pub mod plot;
+mod report;
+mod side;
 
-use std::collections::HashMap;
-use std::io::{BufRead, Read};
+use std::io::BufRead;
 
-use tollgate_core::ManualClock;
-use tollgate_policy::{ConfigError, Policy, PolicyConfig, RuleOutcome};
+use tollgate_policy::{ConfigError, PolicyConfig};
 
+use lines::{Line, read_line};
 pub use parse::{Format, LineError, Request};
+pub use report::RuleDiff;
+pub use side::{RuleReport, Side};
 
 /// Distinct denied keys tracked per rule; more are counted as denials but not told apart.
 pub const MAX_TRACKED_KEYS: usize = 100_000;
@@ -103,180 +110,6 @@ pub struct Retained {
     pub malformed_lines: usize,
     /// The line buffer's capacity, in bytes.
     pub line_buffer: usize,
-}
-
-/// One rule's tally.
-#[derive(Clone, Debug, Default)]
-pub struct RuleReport {
-    /// The rule's name.
-    pub rule: String,
-    /// Its own admissions.
-    pub allowed: u64,
-    /// Its enforced denials.
-    pub denied: u64,
-    /// What it would have denied, as a shadow rule (or under dry run).
-    pub shadow_denied: u64,
-    /// Denials (enforced or shadow) per key; at most [`ReplayBounds::tracked_keys`] keys, each
-    /// at most [`ReplayBounds::key_bytes`] long.
-    pub denied_keys: HashMap<Box<str>, u64>,
-    /// Whether more keys were denied than tracked.
-    pub keys_overflowed: bool,
-    /// The first denial: line number, seconds since the first request, key.
-    pub first_denial: Option<(u64, f64, String)>,
-    /// Per second: (admitted, denied including shadow); at most [`ReplayBounds::seconds`].
-    pub timeline: Vec<(u32, u32)>,
-    key_names: Vec<String>,
-}
-
-impl RuleReport {
-    /// The `n` keys with the most denials, most first (ties by key).
-    pub fn top_denied(&self, n: usize) -> Vec<(&str, u64)> {
-        let mut keys: Vec<(&str, u64)> = self.denied_keys.iter().map(|(k, v)| (&**k, *v)).collect();
-        keys.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-        keys.truncate(n);
-        keys
-    }
-}
-
-/// One config's replay.
-pub struct Side {
-    policy: Policy<ManualClock>,
-    outcomes: Vec<RuleOutcome>,
-    /// Per rule, in the config's order.
-    pub rules: Vec<RuleReport>,
-    /// Requests admitted overall.
-    pub admitted: u64,
-    /// Requests denied overall.
-    pub denied: u64,
-    /// Requests no enforcing rule could ever admit (cost too large).
-    pub errors: u64,
-    key: String,
-    bounds: ReplayBounds,
-}
-
-impl Side {
-    /// Builds the policy for `config` on a manual clock.
-    ///
-    /// # Errors
-    /// The config's [`ConfigError`].
-    pub fn new(config: PolicyConfig) -> Result<Self, ConfigError> {
-        Side::with_bounds(config, ReplayBounds::default())
-    }
-
-    /// [`new`](Self::new), keeping at most what `bounds` allows.
-    ///
-    /// # Errors
-    /// The config's [`ConfigError`].
-    pub fn with_bounds(config: PolicyConfig, bounds: ReplayBounds) -> Result<Self, ConfigError> {
-        let rules = config
-            .rules
-            .iter()
-            .map(|r| RuleReport {
-                rule: r.name.clone(),
-                key_names: r.key.clone(),
-                ..RuleReport::default()
-            })
-            .collect();
-        Ok(Side {
-            policy: Policy::with_clock(config, ManualClock::new())?,
-            outcomes: Vec::with_capacity(8),
-            rules,
-            admitted: 0,
-            denied: 0,
-            errors: 0,
-            key: String::new(),
-            bounds,
-        })
-    }
-
-    #[inline]
-    fn decide(&mut self, request: &Request<'_>, now: u64, line: u64, second: Option<usize>) {
-        let decided = self.policy.check_detailed_at(
-            &request.descriptors,
-            now,
-            request.cost,
-            &mut self.outcomes,
-        );
-        match decided {
-            Ok(d) if d.is_allowed() => self.admitted += 1,
-            Ok(_) => self.denied += 1,
-            Err(_) => self.errors += 1,
-        }
-        for outcome in &self.outcomes {
-            let Some(rule) = self.rules.iter_mut().find(|r| r.rule == outcome.rule) else {
-                continue;
-            };
-            let allowed = outcome.decision.is_allowed();
-            if allowed {
-                rule.allowed += 1;
-            } else if outcome.enforced {
-                rule.denied += 1;
-            } else {
-                rule.shadow_denied += 1;
-            }
-            if let Some(s) = second {
-                if rule.timeline.len() <= s {
-                    rule.timeline.resize(s + 1, (0, 0));
-                }
-                let slot = &mut rule.timeline[s];
-                if allowed {
-                    slot.0 += 1;
-                } else {
-                    slot.1 += 1;
-                }
-            }
-            if !allowed {
-                self.key.clear();
-                for (k, name) in rule.key_names.iter().enumerate() {
-                    if k > 0 {
-                        self.key.push(',');
-                    }
-                    let value = request
-                        .descriptors
-                        .iter()
-                        .find(|(n, _)| n == name)
-                        .map_or("", |(_, v)| v);
-                    self.key.push_str(value);
-                }
-                cut(&mut self.key, self.bounds.key_bytes);
-                if let Some(count) = rule.denied_keys.get_mut(self.key.as_str()) {
-                    *count += 1;
-                } else if rule.denied_keys.len() < self.bounds.tracked_keys {
-                    rule.denied_keys.insert(self.key.as_str().into(), 1);
-                } else {
-                    rule.keys_overflowed = true;
-                }
-                if rule.first_denial.is_none() {
-                    #[allow(clippy::cast_precision_loss)]
-                    let secs = now as f64 / 1e9;
-                    rule.first_denial = Some((line, secs, self.key.clone()));
-                }
-            }
-        }
-    }
-
-    fn retained(&self) -> Retained {
-        let mut held = Retained::default();
-        for rule in &self.rules {
-            held.denied_keys += rule.denied_keys.len();
-            held.key_bytes += rule.denied_keys.keys().map(|k| k.len()).sum::<usize>();
-            held.timeline_slots += rule.timeline.len();
-        }
-        held
-    }
-}
-
-/// Cuts `key` to at most `max` bytes (on a character boundary), ending in `...` when cut.
-fn cut(key: &mut String, max: usize) {
-    if key.len() <= max {
-        return;
-    }
-    let mut end = max.saturating_sub(3);
-    while !key.is_char_boundary(end) {
-        end -= 1;
-    }
-    key.truncate(end);
-    key.push_str("...");
 }
 
 /// A replay of one traffic stream through a config and, optionally, a baseline.
@@ -375,8 +208,25 @@ impl Replay {
         let mut input = input;
         let mut buf = std::mem::take(&mut self.buf);
         let mut scratch = parse::Scratch::default();
+        let max = self.bounds.line_bytes;
         let read = loop {
-            match read_line(&mut input, &mut buf, self.bounds.line_bytes) {
+            // Most lines lie whole in the reader's buffer: decided there, not copied.
+            let available = match input.fill_buf() {
+                Ok(available) => available,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => break Err(e),
+            };
+            if available.is_empty() {
+                break Ok(());
+            }
+            if let Some(at) = memchr::memchr(b'\n', available).filter(|&at| at <= max) {
+                self.lines += 1;
+                self.line(&available[..at], format, &mut scratch);
+                input.consume(at + 1);
+                continue;
+            }
+            // A line across the end of the reader's buffer, or longer than the bound.
+            match read_line(&mut input, &mut buf, max) {
                 Ok(Line::End) => break Ok(()),
                 Ok(Line::TooLong) => {
                     self.lines += 1;
@@ -384,24 +234,31 @@ impl Replay {
                 }
                 Ok(Line::Whole) => {
                     self.lines += 1;
-                    let line = self.lines;
-                    let mut text = &buf[..];
-                    while let [rest @ .., b'\n' | b'\r'] = text {
-                        text = rest;
-                    }
-                    if text.iter().all(u8::is_ascii_whitespace) {
-                        continue;
-                    }
-                    match parse::parse_line(format, text, &mut scratch) {
-                        Ok(request) => self.request(&request, line),
-                        Err(why) => self.malformed(line, why),
-                    }
+                    self.line(&buf, format, &mut scratch);
                 }
                 Err(e) => break Err(e),
             }
         };
         self.buf = buf;
         read
+    }
+
+    /// Decides line number `self.lines`, `text` (its newline, if any, still on): blank lines are
+    /// skipped, malformed ones counted.
+    #[inline]
+    fn line(&mut self, mut text: &[u8], format: Format, scratch: &mut parse::Scratch) {
+        while let [rest @ .., b'\n' | b'\r'] = text {
+            text = rest;
+        }
+        if text.iter().all(u8::is_ascii_whitespace) {
+            return;
+        }
+        let line = self.lines;
+        let mut request = Request::default();
+        match parse::parse_line_into(format, text, scratch, &mut request) {
+            Ok(()) => self.request(&request, line),
+            Err(why) => self.malformed(line, why),
+        }
     }
 
     /// What this replay holds now, the policies' tables aside (see the
@@ -434,192 +291,6 @@ impl Replay {
             line_buffer: 2 * (b.line_bytes + 1),
         }
     }
-
-    /// The text report: per rule, and the difference per rule from the baseline when there is one.
-    pub fn report(&self, top: usize) -> String {
-        use std::fmt::Write;
-        let mut out = String::new();
-        #[allow(clippy::cast_precision_loss)]
-        let span = self.span_ns as f64 / 1e9;
-        let _ = writeln!(
-            out,
-            "{} requests over {span:.3} s ({} lines, {} malformed)",
-            self.requests, self.lines, self.malformed
-        );
-        for (line, why) in &self.malformed_lines {
-            let _ = writeln!(out, "  malformed line {line}: {why}");
-        }
-        if self.malformed > self.malformed_lines.len() as u64 {
-            let _ = writeln!(
-                out,
-                "  ... and {} more",
-                self.malformed - self.malformed_lines.len() as u64
-            );
-        }
-        let side = |out: &mut String, name: &str, side: &Side| {
-            let _ = writeln!(
-                out,
-                "\n{name}: {} admitted, {} denied, {} cost too large",
-                side.admitted, side.denied, side.errors
-            );
-            let _ = writeln!(
-                out,
-                "  {:<24} {:>10} {:>10} {:>10} {:>12}",
-                "rule", "allowed", "denied", "shadow", "keys denied"
-            );
-            for r in &side.rules {
-                let keys = format!(
-                    "{}{}",
-                    if r.keys_overflowed { ">=" } else { "" },
-                    r.denied_keys.len()
-                );
-                let _ = writeln!(
-                    out,
-                    "  {:<24} {:>10} {:>10} {:>10} {:>12}",
-                    r.rule, r.allowed, r.denied, r.shadow_denied, keys
-                );
-                if let Some((line, at, key)) = &r.first_denial {
-                    let _ = writeln!(
-                        out,
-                        "    first denial: line {line}, at {at:.3} s, key `{key}`"
-                    );
-                }
-                let tops = r.top_denied(top);
-                if !tops.is_empty() {
-                    let list: Vec<String> =
-                        tops.iter().map(|(k, n)| format!("`{k}` {n}")).collect();
-                    let _ = writeln!(out, "    top denied keys: {}", list.join(", "));
-                }
-            }
-        };
-        side(&mut out, "new", &self.new);
-        if let Some(baseline) = &self.baseline {
-            side(&mut out, "baseline", baseline);
-            let _ = writeln!(
-                out,
-                "\nnew - baseline: admitted {:+}, denied {:+}",
-                signed(self.new.admitted, baseline.admitted),
-                signed(self.new.denied, baseline.denied)
-            );
-            for diff in self.diff() {
-                let _ = writeln!(
-                    out,
-                    "  {:<24} allowed {:+}, denied {:+}, shadow-denied {:+}{}",
-                    diff.rule,
-                    diff.allowed,
-                    diff.denied,
-                    diff.shadow_denied,
-                    match (diff.in_new, diff.in_baseline) {
-                        (true, false) => " (new rule)",
-                        (false, true) => " (removed)",
-                        _ => "",
-                    }
-                );
-            }
-        }
-        out
-    }
-
-    /// Per rule (by name, the new config's first, then rules only the baseline has): new minus
-    /// baseline. Empty without a baseline.
-    pub fn diff(&self) -> Vec<RuleDiff> {
-        let Some(baseline) = &self.baseline else {
-            return Vec::new();
-        };
-        let find = |side: &Side, name: &str| side.rules.iter().find(|r| r.rule == name).cloned();
-        let mut names: Vec<&str> = self.new.rules.iter().map(|r| r.rule.as_str()).collect();
-        for r in &baseline.rules {
-            if !names.contains(&r.rule.as_str()) {
-                names.push(&r.rule);
-            }
-        }
-        names
-            .into_iter()
-            .map(|name| {
-                let (n, b) = (find(&self.new, name), find(baseline, name));
-                let get =
-                    |r: &Option<RuleReport>, f: fn(&RuleReport) -> u64| r.as_ref().map_or(0, f);
-                RuleDiff {
-                    rule: name.to_owned(),
-                    in_new: n.is_some(),
-                    in_baseline: b.is_some(),
-                    allowed: signed(get(&n, |r| r.allowed), get(&b, |r| r.allowed)),
-                    denied: signed(get(&n, |r| r.denied), get(&b, |r| r.denied)),
-                    shadow_denied: signed(
-                        get(&n, |r| r.shadow_denied),
-                        get(&b, |r| r.shadow_denied),
-                    ),
-                }
-            })
-            .collect()
-    }
-}
-
-/// What [`read_line`] found.
-enum Line {
-    /// The input is done.
-    End,
-    /// A line (with its newline, unless it is the input's last) is in the buffer.
-    Whole,
-    /// A line longer than the bound was skipped to its end (the buffer holds nothing of it).
-    TooLong,
-}
-
-/// Reads one line of at most `max` bytes (its newline excluded) into `buf`; a longer one is read
-/// to its end without being kept, so `buf` never holds more than `max + 1` bytes.
-fn read_line(input: &mut impl BufRead, buf: &mut Vec<u8>, max: usize) -> std::io::Result<Line> {
-    buf.clear();
-    let limit = u64::try_from(max).unwrap_or(u64::MAX).saturating_add(1);
-    let n = input.by_ref().take(limit).read_until(b'\n', buf)?;
-    if n == 0 {
-        return Ok(Line::End);
-    }
-    if buf.last() == Some(&b'\n') || buf.len() <= max {
-        // A whole line, or the input's last (no newline) within the bound.
-        return Ok(Line::Whole);
-    }
-    buf.clear();
-    loop {
-        let available = match input.fill_buf() {
-            Ok(available) => available,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        if available.is_empty() {
-            return Ok(Line::TooLong);
-        }
-        match available.iter().position(|&b| b == b'\n') {
-            Some(at) => {
-                input.consume(at + 1);
-                return Ok(Line::TooLong);
-            }
-            None => {
-                let all = available.len();
-                input.consume(all);
-            }
-        }
-    }
-}
-
-/// One rule's difference, new minus baseline.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RuleDiff {
-    /// The rule.
-    pub rule: String,
-    /// Whether the new config has it.
-    pub in_new: bool,
-    /// Whether the baseline has it.
-    pub in_baseline: bool,
-    /// Allowed, new minus baseline.
-    pub allowed: i128,
-    /// Denied.
-    pub denied: i128,
-    /// Shadow-denied.
-    pub shadow_denied: i128,
-}
-
-fn signed(a: u64, b: u64) -> i128 {
-    i128::from(a) - i128::from(b)
 }
 
 /// Writes JSON lines of traffic with a known answer: `keys` keys (`k0`, `k1`, ...) under the
@@ -654,90 +325,92 @@ pub fn generate(
 mod tests {
     use super::*;
 
-    fn lines(input: &[u8], max: usize) -> Vec<(String, bool)> {
-        let mut input = std::io::BufReader::with_capacity(3, input);
-        let mut buf = Vec::new();
-        let mut found = Vec::new();
-        loop {
-            match read_line(&mut input, &mut buf, max).expect("read") {
-                Line::End => return found,
-                Line::Whole => {
-                    assert!(buf.len() <= max + 1);
-                    found.push((String::from_utf8(buf.clone()).expect("text"), true));
-                }
-                Line::TooLong => {
-                    assert!(buf.is_empty());
-                    found.push((String::new(), false));
-                }
+    /// What a replay found, to compare two replays of the same log.
+    fn outcome(replay: &Replay) -> String {
+        let rules: Vec<String> = replay
+            .new
+            .rules
+            .iter()
+            .map(|r| {
+                format!(
+                    "{} {} {} {} {:?} {:?}",
+                    r.rule,
+                    r.allowed,
+                    r.denied,
+                    r.shadow_denied,
+                    r.top_denied(10),
+                    r.first_denial
+                )
+            })
+            .collect();
+        format!(
+            "{} lines, {} requests, malformed {:?}; {rules:?}",
+            replay.lines, replay.requests, replay.malformed_lines
+        )
+    }
+
+    #[test]
+    fn lines_across_the_readers_buffer_are_decided_as_lines_within_it() {
+        let config = || {
+            PolicyConfig::from_toml(
+                r#"
+                [[rules]]
+                name = "per_user"
+                match = { user = "any" }
+                key = ["user"]
+                limit = 2
+                period = "1s"
+                capacity = 10
+                [[rules]]
+                name = "per_pair"
+                match = { user = "any", path = "any" }
+                key = ["user", "path"]
+                limit = 3
+                period = "1s"
+                capacity = 10
+                "#,
+            )
+            .expect("config")
+        };
+        let mut log = String::new();
+        for n in 0..12 {
+            let user = ["a", "b", "a\\\"q"][n % 3];
+            log.push_str(&format!(
+                "{{\"ts\":{}.{n:03},\"descriptors\":{{\"user\":\"{user}\",\"path\":\"/p\"}}}}\n",
+                n / 4
+            ));
+            match n % 4 {
+                0 => log.push('\n'),
+                1 => log.push_str(&format!("{{\"ts\":1,\"pad\":\"{}\"}}\n", "x".repeat(100))),
+                2 => log.push_str("{\"ts\":2,\"descriptors\":{\"user\":\"c\"}}\r\n"),
+                _ => log.push_str("not json\n"),
             }
         }
-    }
-
-    #[test]
-    fn a_line_past_the_bound_is_skipped_to_its_end_and_the_next_one_is_read() {
-        let whole = |s: &str| (s.to_owned(), true);
-        let skipped = (String::new(), false);
-        assert_eq!(
-            lines(b"abcd\nabcde\nab\n\nabcdefghij\nxy", 4),
-            [
-                whole("abcd\n"),
-                skipped.clone(),
-                whole("ab\n"),
-                whole("\n"),
-                skipped.clone(),
-                whole("xy"),
-            ]
-        );
-        assert_eq!(
-            lines(b"abcd", 4),
-            [whole("abcd")],
-            "the last line, no newline"
-        );
-        assert_eq!(
-            lines(b"abcde", 4),
-            [skipped],
-            "too long at the end of input"
-        );
-        assert!(lines(b"", 4).is_empty());
-    }
-
-    #[test]
-    fn a_long_key_is_cut_on_a_character_boundary() {
-        let mut key = "é".repeat(10); // 20 bytes
-        cut(&mut key, 8);
-        assert_eq!(key, "éé...");
-        let mut short = "abcd".to_owned();
-        cut(&mut short, 4);
-        assert_eq!(short, "abcd");
-    }
-
-    #[test]
-    fn a_denied_key_past_the_bound_is_tracked_cut() {
-        let config = PolicyConfig::from_toml(
-            r#"
-            [[rules]]
-            name = "per_user"
-            match = { user = "any" }
-            key = ["user"]
-            limit = 1
-            period = "1h"
-            capacity = 10
-            "#,
-        )
-        .expect("config");
+        log.push_str(r#"{"ts":9,"descriptors":{"user":"z"}}"#);
         let bounds = ReplayBounds {
-            key_bytes: 8,
+            line_bytes: 80,
             ..ReplayBounds::default()
         };
-        let mut replay = Replay::with_bounds(config, None, bounds).expect("replay");
-        let line = r#"{"ts":1,"descriptors":{"user":"abcdefghijkl"}}"#;
-        let log = format!("{line}\n{line}\n");
-        replay.run(log.as_bytes(), Format::Json).expect("read");
-        let rule = &replay.new.rules[0];
-        assert_eq!(rule.top_denied(1), [("abcde...", 1)]);
+        let mut whole = Replay::with_bounds(config(), None, bounds).expect("replay");
+        whole.run(log.as_bytes(), Format::Json).expect("read");
         assert_eq!(
-            rule.first_denial.as_ref().map(|d| d.2.as_str()),
-            Some("abcde...")
+            whole.malformed_lines.len(),
+            6,
+            "{:?}",
+            whole.malformed_lines
         );
+        assert!(whole.malformed_lines.contains(&(4, LineError::TooLong)));
+        assert_eq!(whole.requests, 12 + 3 + 1);
+        let expected = outcome(&whole);
+        for capacity in [1, 2, 7, 40, 79, 80, 81, 82, 200] {
+            let input = std::io::BufReader::with_capacity(capacity, log.as_bytes());
+            let mut replay = Replay::with_bounds(config(), None, bounds).expect("replay");
+            replay.run(input, Format::Json).expect("read");
+            assert_eq!(
+                outcome(&replay),
+                expected,
+                "reader buffer of {capacity} bytes"
+            );
+        }
     }
 }
