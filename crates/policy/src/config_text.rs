@@ -1,5 +1,5 @@
 //! A config's text: [`PolicyConfig`] read from TOML or YAML and written back as TOML, and
-//! [`check_config`], the normalized form with every default spelled out.
+//! [`validate_config`], the normalized form with every default spelled out.
 
 use crate::config::{AlgorithmKind, PolicyConfig, Storage};
 use crate::config_error::{ConfigError, ConfigErrorKind};
@@ -48,11 +48,11 @@ impl ConfigFormat {
 /// and returns the config as TOML with every default spelled out ([`PolicyConfig::normalized`]).
 ///
 /// ```
-/// use tollgate_policy::{ConfigFormat, check_config};
-/// let text = check_config("[[rules]]\nname = \"g\"\nlimit = 5\nperiod = \"1s\"\n", ConfigFormat::Toml)?;
+/// use tollgate_policy::{ConfigFormat, validate_config};
+/// let text = validate_config("[[rules]]\nname = \"g\"\nlimit = 5\nperiod = \"1s\"\n", ConfigFormat::Toml)?;
 /// assert!(text.contains("burst = 5"), "{text}");
 /// assert!(text.contains("algorithm = \"gcra\""), "{text}");
-/// let error = check_config("[[rules]]\nname = \"g\"\nlimit = 0\nperiod = \"1s\"\n", ConfigFormat::Toml)
+/// let error = validate_config("[[rules]]\nname = \"g\"\nlimit = 0\nperiod = \"1s\"\n", ConfigFormat::Toml)
 ///     .unwrap_err();
 /// assert_eq!((error.rule.as_deref(), error.field), (Some("g"), "limit"));
 /// # Ok::<(), tollgate_policy::ConfigError>(())
@@ -60,7 +60,7 @@ impl ConfigFormat {
 ///
 /// # Errors
 /// The [`ConfigError`] that loading the config would give, naming the rule and field.
-pub fn check_config(text: &str, format: ConfigFormat) -> Result<String, ConfigError> {
+pub fn validate_config(text: &str, format: ConfigFormat) -> Result<String, ConfigError> {
     let config = match format {
         ConfigFormat::Toml => PolicyConfig::from_toml(text)?,
         ConfigFormat::Yaml => PolicyConfig::from_yaml(text)?,

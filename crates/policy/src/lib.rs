@@ -94,7 +94,7 @@ pub use config::{
     PriorityConfig, RuleConfig, Storage,
 };
 pub use config_error::{ConfigError, ConfigErrorKind};
-pub use config_text::{ConfigFormat, check_config};
+pub use config_text::{ConfigFormat, validate_config};
 pub use decision::{Descriptors, PolicyDecision, PolicyError, RuleOutcome};
 pub use descriptor_match::DescriptorMatch;
 pub use explain::{Explanation, QuotaView, RuleTrace, Skipped, StateView};

@@ -53,7 +53,7 @@ use std::io::BufRead;
 use tollgate_policy::{ConfigError, PolicyConfig};
 
 use lines::{Line, read_line};
-pub use parse::{Format, LineError, Request};
+pub use parse::{Format, LineError, LoggedRequest};
 pub use report::RuleDiff;
 pub use side::{RuleReport, Side};
 
@@ -174,7 +174,7 @@ impl Replay {
 
     /// Decides one request read from line `line`.
     #[inline]
-    pub fn request(&mut self, request: &Request<'_>, line: u64) {
+    pub fn request(&mut self, request: &LoggedRequest<'_>, line: u64) {
         let t0 = *self.t0.get_or_insert(request.ts_ns);
         // Out of order: at the latest time seen.
         let now = request.ts_ns.saturating_sub(t0).max(self.last);
@@ -254,7 +254,7 @@ impl Replay {
             return;
         }
         let line = self.lines;
-        let mut request = Request::default();
+        let mut request = LoggedRequest::default();
         match parse::parse_line_into(format, text, scratch, &mut request) {
             Ok(()) => self.request(&request, line),
             Err(why) => self.malformed(line, why),

@@ -38,7 +38,7 @@ pub enum Format {
 /// One request read from a line; strings borrow the line (or the [`Scratch`]). The default is
 /// a request at 0 with no descriptors and cost 1.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Request<'a> {
+pub struct LoggedRequest<'a> {
     /// Nanoseconds since the log's epoch (Unix time for nginx and Envoy logs).
     pub ts_ns: u64,
     /// The request's descriptors.
@@ -47,9 +47,9 @@ pub struct Request<'a> {
     pub cost: u64,
 }
 
-impl Default for Request<'_> {
+impl Default for LoggedRequest<'_> {
     fn default() -> Self {
-        Request {
+        LoggedRequest {
             ts_ns: 0,
             descriptors: SmallVec::new(),
             cost: 1,
@@ -110,8 +110,8 @@ pub fn parse_line<'a>(
     format: Format,
     line: &'a [u8],
     scratch: &'a mut Scratch,
-) -> Result<Request<'a>, LineError> {
-    let mut request = Request::default();
+) -> Result<LoggedRequest<'a>, LineError> {
+    let mut request = LoggedRequest::default();
     parse_line_into(format, line, scratch, &mut request)?;
     Ok(request)
 }
@@ -126,7 +126,7 @@ pub fn parse_line_into<'a>(
     format: Format,
     line: &'a [u8],
     scratch: &'a mut Scratch,
-    request: &mut Request<'a>,
+    request: &mut LoggedRequest<'a>,
 ) -> Result<(), LineError> {
     let line = std::str::from_utf8(line).map_err(|_| LineError::Utf8)?;
     match format {
@@ -301,7 +301,7 @@ impl<'a> Cursor<'a> {
 
 /// The fast scanner into `request`: `Ok(false)` for a line it leaves to serde_json (escapes, an
 /// object or array in an unknown field).
-fn parse_json_fast<'a>(line: &'a str, request: &mut Request<'a>) -> Result<bool, LineError> {
+fn parse_json_fast<'a>(line: &'a str, request: &mut LoggedRequest<'a>) -> Result<bool, LineError> {
     let mut c = Cursor { s: line, i: 0 };
     if !c.eat(b'{') {
         return Err(LineError::Syntax);
@@ -351,7 +351,10 @@ fn parse_json_fast<'a>(line: &'a str, request: &mut Request<'a>) -> Result<bool,
     Ok(true)
 }
 
-fn parse_json_slow<'a>(line: &str, scratch: &'a mut Scratch) -> Result<Request<'a>, LineError> {
+fn parse_json_slow<'a>(
+    line: &str,
+    scratch: &'a mut Scratch,
+) -> Result<LoggedRequest<'a>, LineError> {
     let owned: OwnedLine = serde_json::from_str(line).map_err(|_| LineError::Syntax)?;
     let ts_ns = seconds_to_ns(&owned.ts.to_string()).ok_or(LineError::Timestamp)?;
     scratch.entries.clear();
@@ -361,7 +364,7 @@ fn parse_json_slow<'a>(line: &str, scratch: &'a mut Scratch) -> Result<Request<'
         };
         scratch.entries.push((name, value));
     }
-    Ok(Request {
+    Ok(LoggedRequest {
         ts_ns,
         descriptors: scratch
             .entries

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use tollgate_core::ManualClock;
 use tollgate_policy::{ConfigError, Policy, PolicyConfig, RuleOutcome};
 
-use crate::{ReplayBounds, Request, Retained};
+use crate::{LoggedRequest, ReplayBounds, Retained};
 
 /// One rule's tally.
 #[derive(Clone, Debug, Default)]
@@ -37,7 +37,7 @@ impl RuleReport {
     #[inline]
     fn count_denial(
         &mut self,
-        request: &Request<'_>,
+        request: &LoggedRequest<'_>,
         scratch: &mut String,
         bounds: ReplayBounds,
         (line, now): (u64, u64),
@@ -164,7 +164,7 @@ impl Side {
     #[inline]
     pub(crate) fn decide(
         &mut self,
-        request: &Request<'_>,
+        request: &LoggedRequest<'_>,
         now: u64,
         line: u64,
         second: Option<usize>,

@@ -3,7 +3,7 @@
 
 use smallvec::SmallVec;
 
-use super::{LineError, Request, fraction_ns};
+use super::{LineError, LoggedRequest, fraction_ns};
 
 /// Days since 1970-01-01 of a civil date (proleptic Gregorian).
 fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
@@ -104,7 +104,7 @@ fn request_line(r: &str) -> Option<(&str, &str)> {
     Some((method, path))
 }
 
-pub(super) fn parse_nginx(line: &str) -> Result<Request<'_>, LineError> {
+pub(super) fn parse_nginx(line: &str) -> Result<LoggedRequest<'_>, LineError> {
     let (addr, rest) = until(line, ' ').ok_or(LineError::Syntax)?;
     let rest = rest.strip_prefix("- ").ok_or(LineError::Syntax)?;
     let (user, rest) = until(rest, ' ').ok_or(LineError::Syntax)?;
@@ -121,14 +121,14 @@ pub(super) fn parse_nginx(line: &str) -> Result<Request<'_>, LineError> {
     if user != "-" {
         descriptors.push(("user", user));
     }
-    Ok(Request {
+    Ok(LoggedRequest {
         ts_ns,
         descriptors,
         cost: 1,
     })
 }
 
-pub(super) fn parse_envoy(line: &str) -> Result<Request<'_>, LineError> {
+pub(super) fn parse_envoy(line: &str) -> Result<LoggedRequest<'_>, LineError> {
     let rest = line.strip_prefix('[').ok_or(LineError::Syntax)?;
     let (time, rest) = until(rest, ']').ok_or(LineError::Syntax)?;
     let ts_ns = envoy_time(time).ok_or(LineError::Timestamp)?;
@@ -152,7 +152,7 @@ pub(super) fn parse_envoy(line: &str) -> Result<Request<'_>, LineError> {
     if let Some(authority) = quoted.get(3).filter(|a| **a != "-") {
         descriptors.push(("authority", *authority));
     }
-    Ok(Request {
+    Ok(LoggedRequest {
         ts_ns,
         descriptors,
         cost: 1,

@@ -1,8 +1,8 @@
-//! `check_config`: validation as loading does it, the config printed back with every default
+//! `validate_config`: validation as loading does it, the config printed back with every default
 //! spelled out, and errors that name the rule and field.
 
 use tollgate_core::ManualClock;
-use tollgate_policy::{ConfigErrorKind, ConfigFormat, Policy, PolicyConfig, check_config};
+use tollgate_policy::{ConfigErrorKind, ConfigFormat, Policy, PolicyConfig, validate_config};
 
 const CONFIG: &str = r#"
 [[rules]]
@@ -30,7 +30,7 @@ period = "1s"
 
 #[test]
 fn the_normalised_config_spells_out_defaults_and_loads_as_the_same_policy() {
-    let text = check_config(CONFIG, ConfigFormat::Toml).expect("valid");
+    let text = validate_config(CONFIG, ConfigFormat::Toml).expect("valid");
     for default in [
         "dry_run = false",
         "metrics = true",
@@ -61,8 +61,8 @@ fn the_normalised_config_spells_out_defaults_and_loads_as_the_same_policy() {
     }
     // YAML in, the same TOML out.
     let yaml = "rules:\n  - { name: g, limit: 5, period: 1s }\n";
-    let from_yaml = check_config(yaml, ConfigFormat::Yaml).expect("yaml");
-    let from_toml = check_config(
+    let from_yaml = validate_config(yaml, ConfigFormat::Yaml).expect("yaml");
+    let from_toml = validate_config(
         "[[rules]]\nname = \"g\"\nlimit = 5\nperiod = \"1s\"\n",
         ConfigFormat::Toml,
     )
@@ -73,7 +73,7 @@ fn the_normalised_config_spells_out_defaults_and_loads_as_the_same_policy() {
 #[test]
 fn an_invalid_config_names_the_rule_and_the_field() {
     let broken = CONFIG.replace("limit = 100", "limit = 0");
-    let error = check_config(&broken, ConfigFormat::Toml).expect_err("limit 0");
+    let error = validate_config(&broken, ConfigFormat::Toml).expect_err("limit 0");
     assert_eq!(error.rule.as_deref(), Some("global"));
     assert_eq!(error.field, "limit");
     assert!(matches!(error.kind, ConfigErrorKind::Quota(_)));
@@ -81,7 +81,7 @@ fn an_invalid_config_names_the_rule_and_the_field() {
     assert!(shown.contains("rule `global`, field `limit`"), "{shown}");
 
     let unknown = CONFIG.replace("\"token_bucket\"", "\"token_bukket\"");
-    let error = check_config(&unknown, ConfigFormat::Toml).expect_err("algorithm");
+    let error = validate_config(&unknown, ConfigFormat::Toml).expect_err("algorithm");
     assert_eq!(
         (error.rule.as_deref(), error.field),
         (Some("per_ip"), "algorithm")
