@@ -82,6 +82,8 @@ pub mod conformance;
 pub mod edge;
 #[cfg(feature = "policy")]
 pub mod explain;
+#[cfg(feature = "policy")]
+mod facts;
 mod forwarded;
 pub mod headers;
 mod key;
@@ -98,7 +100,7 @@ mod redis_edge;
 mod settle_layer;
 
 #[cfg(feature = "policy")]
-pub use admit_layer::{Admit, AdmitBody, AdmitFuture, AdmitLayer, Admitted};
+pub use admit_layer::{Admit, AdmitBody, AdmitFuture, AdmitLayer};
 pub use async_layer::{
     AsyncKeyedCheck, AsyncKeyedDecider, AsyncRateLimit, AsyncRateLimitLayer,
     AsyncRateLimitLayerBuilder,
@@ -106,7 +108,9 @@ pub use async_layer::{
 pub use body::RateLimitBody;
 pub use check::KeyedCheck;
 #[cfg(feature = "policy")]
-pub use edge::{DescriptorNames, DescriptorSourceError, EdgeVerdict, PolicyEdge, RequestFacts};
+pub use edge::{
+    Admitted, DescriptorNames, DescriptorSourceError, EdgeVerdict, PolicyEdge, RequestFacts,
+};
 pub use headers::{HeaderMode, PolicyNameError, RateLimitValue};
 pub use key::{
     ClientIp, ForwardedHeader, GlobalKey, HeaderKey, IpGrouping, KeyError, KeyExtractor, KeyFn,
