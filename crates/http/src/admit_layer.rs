@@ -24,7 +24,7 @@ use crate::body::RateLimitBody;
 use crate::edge::{Admitted, PolicyEdge, RequestFacts};
 use crate::headers::{self, HeaderMode};
 use crate::key::RequestHead;
-use crate::layer::{COST_BODY, Fields, json_response, too_many_requests};
+use crate::response::{COST_BODY, Fields, json_response, too_many_requests};
 
 /// A tower layer deciding each request (cost 1) with [`PolicyEdge::admit`] and holding its
 /// permits until the response body is dropped.
