@@ -19,18 +19,21 @@ pub enum LeaseSize {
     Fixed(u64),
 }
 
-/// How a [`StripedLimiter`](crate::StripedLimiter) is laid out. `Default`: one stripe per available core (rounded up to a
+/// How a [`StripedLimiter`] is laid out. `Default`: one stripe per available core (rounded up to a
 /// power of two) and an adaptive lease of at most `burst / (4 × stripes)` units, at most 65 536.
 ///
 /// Every lease size is also capped by `burst / stripes` (so all leases together never hold more than
-/// one burst) and by [`LeaseWord::UNITS_MASK`](crate::LeaseWord::UNITS_MASK).
+/// one burst) and by [`LeaseWord::UNITS_MASK`].
+///
+/// [`StripedLimiter`]: crate::StripedLimiter
+/// [`LeaseWord::UNITS_MASK`]: crate::LeaseWord::UNITS_MASK
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct StripedConfig {
     /// Number of stripes (rounded up to a power of two); `None`: `available_parallelism`.
     pub stripes: Option<usize>,
     /// Lease size; `None`: adaptive, capped at `burst / (4 × stripes)` and 65 536.
     pub lease: Option<LeaseSize>,
-    /// Never take the alone path (see [`StripedLimiter`](crate::StripedLimiter)'s crate docs, "One thread alone"): every
+    /// Never take the alone path (see the [crate docs](crate), "One thread alone"): every
     /// decision goes through the calling thread's stripe. `false` (the default): a thread that finds
     /// the limiter uncontended decides on the shared word directly, as plain GCRA.
     pub always_lease: bool,
