@@ -15,7 +15,8 @@ use crate::headers::{self, HeaderMode, PolicyHeaders};
 use crate::key::RequestHead;
 use crate::response::{COST_BODY, Fields};
 
-/// What the layer does with one request: a decider's answer, rendered by [`Gate`](crate::Gate) alone.
+/// What the layer does with one request: a decider's answer, rendered by [`Gate`](crate::Gate)
+/// alone.
 pub enum Verdict {
     /// Forward untouched, with no fields (no policy applies, or a missing key is let through).
     Pass,
@@ -94,11 +95,15 @@ mod sealed {
 }
 pub(crate) use sealed::Sealed;
 
-/// What a [`GateLayer`](crate::GateLayer) is generic over: something that turns a request (its head and cost)
-/// into a [`Verdict`], at once or later. Sealed: the crate's deciders are [`KeyedDecider`](crate::KeyedDecider) (a
+/// What a [`GateLayer`] is generic over: something that turns a request (its head and cost)
+/// into a [`Verdict`], at once or later. Sealed: the crate's deciders are [`KeyedDecider`] (a
 /// keyed limiter per route: a one-rule decider), [`AsyncKeyedDecider`](crate::AsyncKeyedDecider)
 /// and [`PolicyEdge`](crate::PolicyEdge); put your own storage behind them through
-/// [`KeyedCheck`](crate::KeyedCheck), [`AsyncKeyedCheck`](crate::AsyncKeyedCheck) or a policy.
+/// [`KeyedCheck`], [`AsyncKeyedCheck`](crate::AsyncKeyedCheck) or a policy.
+///
+/// [`GateLayer`]: crate::GateLayer
+/// [`KeyedDecider`]: crate::KeyedDecider
+/// [`KeyedCheck`]: crate::KeyedCheck
 pub trait Decide: Sealed + Send + Sync + 'static {
     /// A decision still under way: [`Infallible`] for a synchronous decider (no future, no box),
     /// [`LaterVerdict`] for one that awaits.
@@ -116,7 +121,8 @@ pub trait Decide: Sealed + Send + Sync + 'static {
 /// An asynchronous decider's later verdict.
 pub type LaterVerdict = Pin<Box<dyn Future<Output = Verdict> + Send>>;
 
-/// A decision under way, as [`ResponseFuture`](crate::ResponseFuture) holds it with the inner service and the request.
+/// A decision under way, as [`ResponseFuture`](crate::ResponseFuture) holds it with the inner
+/// service and the request.
 pub trait Pending<S, ReqB> {
     /// What is held while the decision is under way.
     type Held;

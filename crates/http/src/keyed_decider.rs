@@ -124,7 +124,7 @@ where
     }
 }
 
-/// A tower [`Layer`](tower_layer::Layer) that rate-limits requests by key, per route: the [`GateLayer`] over a
+/// A tower [`Layer`] that rate-limits requests by key, per route: the [`GateLayer`] over a
 /// [`KeyedDecider`].
 ///
 /// Cheap to clone (one `Arc`); usable as an axum `Router` layer or around any tower/hyper service
@@ -153,6 +153,8 @@ where
 /// # let _ = layer;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+///
+/// [`Layer`]: tower_layer::Layer
 pub type RateLimitLayer<E, L, Cf = UnitCost> = GateLayer<KeyedDecider<E, L>, Cf>;
 
 /// Builds a [`RateLimitLayer`].
