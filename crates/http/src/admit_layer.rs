@@ -2,15 +2,8 @@
 //! tower edge. Each request is decided by [`Policy::admit`](tollgate_policy::Policy::admit); the
 //! [`Admission`] (its in-flight permits) is held by the response future and then by the response
 //! body, so the permits come back when the body is dropped: fully sent, the client gone, the
-//! request cancelled before a response, or the handler panicked.
-//!
-//! Answers: a concurrency denial is **`503 Service Unavailable`** with `Retry-After` (the rule's
-//! `retry_after`, default 1 s) and `{"error":"too many requests in flight","retry_after":N}`; a
-//! rate denial is the usual `429` with `Retry-After` and the `RateLimit` fields; a cost no rule can
-//! ever admit is `413`. Why 503 and not 429: 429 says *this client* sent too many requests in a
-//! period; an in-flight limit is about the service being busy with requests already admitted, the
-//! case RFC 9110 gives 503 with `Retry-After`, and clients and load balancers treat it as "try
-//! again shortly" (tollgate-client's retry policy honours `Retry-After` on both).
+//! request cancelled before a response, or the handler panicked. The answers are on
+//! [`AdmitLayer`].
 
 use std::future::Future;
 use std::pin::Pin;
@@ -22,80 +15,27 @@ use http::header::RETRY_AFTER;
 use http::{Request, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
-use tollgate_core::{Clock, Nanos};
-use tollgate_policy::{Admission, PolicyError};
+use tollgate_core::Clock;
+use tollgate_policy::Admission;
 use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::body::RateLimitBody;
-use crate::edge::{EdgeVerdict, PolicyEdge, RequestFacts};
+use crate::edge::{Admitted, PolicyEdge, RequestFacts};
 use crate::headers::{self, HeaderMode};
 use crate::key::RequestHead;
-use crate::layer::{COST_BODY, Fields, json_response, too_many_requests};
-
-/// What [`PolicyEdge::admit`] decided: the verdict to render, and while admitted the
-/// [`Admission`] to hold for the request's life.
-#[derive(Debug)]
-pub struct Admitted {
-    /// The verdict: status `200` (forward), `503` (a concurrency rule is full), `429` (a rate rule
-    /// denied) or `413` (a cost no rule can ever admit).
-    pub verdict: EdgeVerdict,
-    /// The permits, when admitted: drop them when the request ends.
-    pub admission: Option<Admission>,
-}
-
-impl<C: Clock + Clone + 'static> PolicyEdge<C> {
-    /// Decides `facts` for `cost` units against the policy's rate and concurrency rules as one
-    /// ([`Policy::admit_at`](tollgate_policy::Policy::admit_at)); for a request the
-    /// [`explain_header`](Self::explain_header) predicate trusts, with the decision's trace in
-    /// [`EdgeVerdict::explain`].
-    pub fn admit(&self, facts: &RequestFacts<'_>, cost: u64) -> Admitted {
-        if let Some(explain) = self.explain_for(facts) {
-            return self.admit_explained(facts, cost, explain);
-        }
-        self.with_descriptors(facts, |descriptors| {
-            let now = self.policy().now();
-            let admitted = self.policy().admit_at(descriptors, now, cost);
-            self.render_admission(admitted, descriptors, now, cost)
-        })
-    }
-
-    /// The verdict for what `admit_at` (or its explained twin) answered for `descriptors`.
-    pub(crate) fn render_admission(
-        &self,
-        admitted: Result<Admission, PolicyError>,
-        descriptors: &[(&str, &str)],
-        now: Nanos,
-        cost: u64,
-    ) -> Admitted {
-        let policy = self.policy();
-        let admission = match admitted {
-            Ok(admission) => admission,
-            Err(error) => {
-                return Admitted {
-                    verdict: EdgeVerdict::of_check(Err(error), cost, &self.fields, |_| None),
-                    admission: None,
-                };
-            }
-        };
-        let rule = admission.decision.rule;
-        let checked = Ok((admission.decision, admission.next_unit()));
-        let mut verdict = EdgeVerdict::of_check(checked, cost, &self.fields, |n| {
-            policy.peek_rule_at(rule?, descriptors, now, n)?.ok()
-        });
-        if admission.denied_by_concurrency() {
-            verdict.status = StatusCode::SERVICE_UNAVAILABLE;
-            verdict.fields = None;
-        }
-        Admitted {
-            admission: verdict.allowed.then_some(admission),
-            verdict,
-        }
-    }
-}
+use crate::response::{COST_BODY, Fields, json_response, too_many_requests};
 
 /// A tower layer deciding each request (cost 1) with [`PolicyEdge::admit`] and holding its
-/// permits until the response body is dropped. See the [module docs](self) for the answers.
+/// permits until the response body is dropped.
+///
+/// Answers: a concurrency denial is **`503 Service Unavailable`** with `Retry-After` (the rule's
+/// `retry_after`, default 1 s) and `{"error":"too many requests in flight","retry_after":N}`; a
+/// rate denial is the usual `429` with `Retry-After` and the `RateLimit` fields; a cost no rule can
+/// ever admit is `413`. Why 503 and not 429: 429 says *this client* sent too many requests in a
+/// period; an in-flight limit is about the service being busy with requests already admitted, the
+/// case RFC 9110 gives 503 with `Retry-After`, and clients and load balancers treat it as "try
+/// again shortly" (tollgate-client's retry policy honours `Retry-After` on both).
 ///
 /// ```
 /// use std::sync::Arc;

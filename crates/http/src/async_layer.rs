@@ -7,12 +7,13 @@ use std::sync::Arc;
 use tollgate_core::{CheckError, Decision, Quota};
 
 use crate::check::KeyedCheck;
+use crate::cost::{RequestCost, UnitCost};
+use crate::decide::{Answer, Decide, Decided, LaterVerdict, Sealed, Verdict};
 use crate::headers::{self, PolicyHeaders, PolicyNameError};
 use crate::key::{KeyExtractor, RequestHead};
-use crate::layer::{
-    Answer, Decide, Decided, GateBuilder, GateLayer, LaterVerdict, MISSING_KEY_BODY, MissingKey,
-    RequestCost, Sealed, UnitCost, Verdict,
-};
+use crate::keyed_decider::MissingKey;
+use crate::layer::{GateBuilder, GateLayer};
+use crate::response::MISSING_KEY_BODY;
 
 /// The asynchronous sibling of [`KeyedCheck`]: a limiter whose decision is a future (a network round
 /// trip to Redis, say). Every [`KeyedCheck`] is one (its futures are ready at once), so the same

@@ -45,395 +45,26 @@
 //! `t` = `Retry-After`: never a promise the quota does not keep.
 
 use std::cell::OnceCell;
-use std::fmt::{self, Write as _};
-use std::net::IpAddr;
+use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
 
+use http::StatusCode;
 use http::header::HeaderName;
-use http::{HeaderMap, StatusCode};
-use tollgate_core::{Clock, Decision, MonotonicClock};
-use tollgate_policy::{DescriptorSchema, Policy, PolicyDecision, PolicyError};
+use tollgate_core::{Clock, MonotonicClock, Nanos};
+use tollgate_policy::{Admission, Policy, PolicyError};
 
-use crate::explain::ExplainHeader;
-use crate::headers::{self, ExplainField};
-use crate::key::{ClientIp, RequestHead};
-use crate::policy_fields::{FieldValues, PolicyFields};
+use crate::explain::{ExplainHeader, refused};
+use crate::key::ClientIp;
+use crate::policy_fields::PolicyFields;
 
-/// Headers one request can turn into descriptors (beside the client address, route and method).
-pub(crate) const MAX_HEADER_DESCRIPTORS: usize = 13;
-/// Descriptors one request can carry.
-const MAX_DESCRIPTORS: usize = MAX_HEADER_DESCRIPTORS + 3;
+mod addr_text;
+mod descriptors;
+mod verdict;
 
-/// What an edge knows about a request before deciding it, independent of its transport.
-#[derive(Clone, Copy, Debug)]
-pub struct RequestFacts<'a> {
-    /// The TCP peer (`None` when the transport does not say).
-    pub peer: Option<IpAddr>,
-    /// The method.
-    pub method: &'a str,
-    /// The path (no query).
-    pub path: &'a str,
-    /// The header fields.
-    pub headers: &'a HeaderMap,
-}
-
-impl<'a> RequestFacts<'a> {
-    /// The facts of a tower/hyper request head (its peer from the extensions, as
-    /// [`RequestHead::peer_addr`] finds it).
-    pub fn of(head: &RequestHead<'a>) -> Self {
-        RequestFacts {
-            peer: head.peer_addr().map(|a| a.ip()),
-            method: head.method.as_str(),
-            path: head.uri.path(),
-            headers: head.headers,
-        }
-    }
-}
-
-/// A header name that is not a valid HTTP field name, or more headers than a request can carry.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DescriptorSourceError {
-    header: String,
-}
-
-impl fmt::Display for DescriptorSourceError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "header `{}` cannot be a descriptor source (not a field name, or more than \
-             {MAX_HEADER_DESCRIPTORS} headers)",
-            self.header
-        )
-    }
-}
-
-impl std::error::Error for DescriptorSourceError {}
-
-/// The descriptor each request fact becomes: the one place descriptor names are set, for every
-/// HTTP edge.
-///
-/// Defaults: the client address as `remote_address` (when the edge has a [`ClientIp`]), the path
-/// as `route`, the method as `method`, no headers.
-///
-/// ```
-/// use tollgate_http::DescriptorNames;
-/// let names = DescriptorNames::default()
-///     .route(Some("path"))
-///     .method(None)
-///     .header("x-api-key", "api_key")?;
-/// # let _ = names;
-/// # Ok::<(), tollgate_http::DescriptorSourceError>(())
-/// ```
-#[derive(Clone, Debug)]
-pub struct DescriptorNames {
-    client: Option<Box<str>>,
-    route: Option<Box<str>>,
-    method: Option<Box<str>>,
-    headers: Vec<(HeaderName, Box<str>)>,
-    /// The names above that are set, in descriptor order, for [`Policy::check_next_by_at`];
-    /// `sources[i]` is where name `i`'s value comes from. Rebuilt by every setter.
-    schema: DescriptorSchema,
-    sources: Vec<Source>,
-}
-
-/// Where a [`DescriptorNames`] schema position's value comes from.
-#[derive(Clone, Copy, Debug)]
-enum Source {
-    Client,
-    Route,
-    Method,
-    /// `headers[i]`.
-    Header(usize),
-}
-
-impl Default for DescriptorNames {
-    fn default() -> Self {
-        DescriptorNames {
-            client: Some("remote_address".into()),
-            route: Some("route".into()),
-            method: Some("method".into()),
-            headers: Vec::new(),
-            schema: DescriptorSchema::default(),
-            sources: Vec::new(),
-        }
-        .with_schema()
-    }
-}
-
-impl DescriptorNames {
-    /// The descriptor name for the client address (`remote_address` by default; `None` leaves it
-    /// out).
-    pub fn client(mut self, name: Option<&str>) -> Self {
-        self.client = name.map(Into::into);
-        self.with_schema()
-    }
-
-    /// The descriptor name for the path (`route` by default; `None` leaves it out).
-    pub fn route(mut self, name: Option<&str>) -> Self {
-        self.route = name.map(Into::into);
-        self.with_schema()
-    }
-
-    /// The descriptor name for the method (`method` by default; `None` leaves it out).
-    pub fn method(mut self, name: Option<&str>) -> Self {
-        self.method = name.map(Into::into);
-        self.with_schema()
-    }
-
-    /// Sets `schema` and `sources` from the names, in the order `with_descriptors` lists them.
-    fn with_schema(mut self) -> Self {
-        let fixed = [
-            (self.client.as_deref(), Source::Client),
-            (self.route.as_deref(), Source::Route),
-            (self.method.as_deref(), Source::Method),
-        ];
-        let named: Vec<(&str, Source)> = fixed
-            .into_iter()
-            .filter_map(|(name, source)| Some((name?, source)))
-            .chain(
-                self.headers
-                    .iter()
-                    .enumerate()
-                    .map(|(i, (_, name))| (&**name, Source::Header(i))),
-            )
-            .collect();
-        let schema = DescriptorSchema::new(named.iter().map(|(name, _)| *name));
-        self.sources = named.into_iter().map(|(_, source)| source).collect();
-        self.schema = schema;
-        self
-    }
-
-    /// Request header `header` (an API key, a tenant id) as descriptor `name`; an absent, empty
-    /// or non-text value leaves the descriptor out.
-    ///
-    /// # Errors
-    /// [`DescriptorSourceError`] for an invalid field name, or past 13 headers.
-    pub fn header(mut self, header: &str, name: &str) -> Result<Self, DescriptorSourceError> {
-        let err = || DescriptorSourceError {
-            header: header.to_owned(),
-        };
-        if self.headers.len() == MAX_HEADER_DESCRIPTORS {
-            return Err(err());
-        }
-        let header = HeaderName::try_from(header).map_err(|_| err())?;
-        self.headers.push((header, name.into()));
-        Ok(self.with_schema())
-    }
-
-    /// The value of schema position `i` for `facts`, as `with_descriptors` lists it; the client
-    /// address's text is worked out once, into `client`, and only when asked for.
-    #[inline]
-    fn value<'a>(
-        &self,
-        i: usize,
-        client_ip: Option<&ClientIp>,
-        facts: &RequestFacts<'a>,
-        client: &'a OnceCell<Option<AddrText>>,
-    ) -> Option<&'a str> {
-        match *self.sources.get(i)? {
-            Source::Client => client
-                .get_or_init(|| client_text(client_ip, facts))
-                .as_ref()
-                .map(AddrText::as_str),
-            Source::Route => Some(facts.path),
-            Source::Method => Some(facts.method),
-            Source::Header(h) => header_text(facts.headers, &self.headers.get(h)?.0),
-        }
-    }
-}
-
-/// An IP address's text on the stack (the longest, an IPv6 address with an IPv4 tail, is 45 bytes).
-struct AddrText {
-    buf: [u8; 48],
-    len: usize,
-}
-
-impl fmt::Write for AddrText {
-    fn write_str(&mut self, s: &str) -> fmt::Result {
-        let end = self.len + s.len();
-        self.buf
-            .get_mut(self.len..end)
-            .ok_or(fmt::Error)?
-            .copy_from_slice(s.as_bytes());
-        self.len = end;
-        Ok(())
-    }
-}
-
-impl AddrText {
-    /// `ip` as `Display` writes it; IPv4, the common case, digit by digit (`Display` through `fmt`
-    /// cost about 40 ns of a Pingora decision in a profile).
-    fn of(ip: IpAddr) -> Option<Self> {
-        let mut text = AddrText {
-            buf: [0; 48],
-            len: 0,
-        };
-        match ip {
-            IpAddr::V4(v4) => {
-                // At most 15 bytes, byte by byte: a `copy_from_slice` per octet became a `memcpy`
-                // call each.
-                let mut len = 0;
-                for (i, octet) in v4.octets().into_iter().enumerate() {
-                    if i > 0 {
-                        text.buf[len] = b'.';
-                        len += 1;
-                    }
-                    if octet >= 100 {
-                        text.buf[len] = b'0' + octet / 100;
-                        len += 1;
-                    }
-                    if octet >= 10 {
-                        text.buf[len] = b'0' + octet / 10 % 10;
-                        len += 1;
-                    }
-                    text.buf[len] = b'0' + octet % 10;
-                    len += 1;
-                }
-                text.len = len;
-            }
-            IpAddr::V6(_) => write!(text, "{ip}").ok()?,
-        }
-        Some(text)
-    }
-
-    fn as_str(&self) -> &str {
-        // Only whole `&str`s were copied in.
-        std::str::from_utf8(&self.buf[..self.len]).unwrap_or_default()
-    }
-}
-
-/// The client address's text (through `client_ip`'s trusted proxies), if it can be found.
-#[inline]
-fn client_text(client_ip: Option<&ClientIp>, facts: &RequestFacts<'_>) -> Option<AddrText> {
-    client_ip?
-        .client_addr(facts.peer?, facts.headers)
-        .ok()
-        .and_then(AddrText::of)
-}
-
-/// A header's first value as text, if present, non-empty and visible ASCII.
-fn header_text<'h>(headers: &'h HeaderMap, name: &HeaderName) -> Option<&'h str> {
-    headers
-        .get(name)
-        .and_then(|value| value.to_str().ok())
-        .filter(|value| !value.is_empty())
-}
-
-/// The decision an edge renders: whether to forward, after how long, with which status and
-/// which field values. Made by [`PolicyEdge::decide`] or [`EdgeVerdict::of_check`] only.
-#[derive(Clone, Debug)]
-pub struct EdgeVerdict {
-    /// Whether the request goes on (after [`delay`](Self::delay)).
-    pub allowed: bool,
-    /// What an HTTP edge answers: `200 OK` (forward; the upstream's status is what the client
-    /// sees), `429 Too Many Requests`, or `413 Payload Too Large` for a cost no enforcing rule
-    /// can ever admit.
-    pub status: StatusCode,
-    /// How long to hold an admitted request before forwarding it (a two-stage rule's wait; zero
-    /// for most).
-    pub delay: Duration,
-    /// `Retry-After` in whole seconds (rounded up, at least 1): on a 429 only.
-    pub retry_after: Option<u64>,
-    /// `RateLimit-Policy` and `RateLimit` of the deciding rule with the key's own quota; `None`
-    /// when no enforcing rule applied or the cost can never be admitted.
-    pub fields: Option<FieldValues>,
-    /// The policy's decision (`None` for a cost no rule can ever admit).
-    pub decided: Option<PolicyDecision>,
-    /// Why it could not be decided (a cost no enforcing rule can ever admit).
-    pub error: Option<PolicyError>,
-    /// The decision's trace as a response header: only for a request the edge's
-    /// [`explain_header`](PolicyEdge::explain_header) predicate trusts, else `None`.
-    pub explain: Option<Box<ExplainField>>,
-}
-
-impl EdgeVerdict {
-    /// The verdict for `checked`, what [`Policy::check_next_at`] answered for `cost` units:
-    /// the one place the status, `Retry-After` and the `RateLimit` service limit `(r, t)` are
-    /// worked out.
-    ///
-    /// `peek(units)` is a read-only look at the deciding rule for `units` units (what
-    /// `Policy::peek_rule_at` answers); it is asked only on a denial of more than one unit, to
-    /// find how many units are left (see the [module docs](self)). A store that cannot look
-    /// cheaply answers `None` and gets the conservative `r=0`, `t` = `Retry-After`.
-    pub fn of_check(
-        checked: Result<(PolicyDecision, Option<Duration>), PolicyError>,
-        cost: u64,
-        fields: &PolicyFields,
-        peek: impl FnMut(u64) -> Option<Decision>,
-    ) -> Self {
-        let (decided, next_unit) = match checked {
-            Ok(checked) => checked,
-            Err(error) => {
-                return EdgeVerdict {
-                    allowed: false,
-                    status: StatusCode::PAYLOAD_TOO_LARGE,
-                    delay: Duration::ZERO,
-                    retry_after: None,
-                    fields: None,
-                    decided: None,
-                    error: Some(error),
-                    explain: None,
-                };
-            }
-        };
-        let allowed = decided.is_allowed();
-        let retry_after = decided.decision.retry_after().map(headers::retry_secs);
-        let limit = headers::service_limit(
-            &decided.decision,
-            cost,
-            crate::policy_fields::with_next_unit(&decided.decision, next_unit, peek),
-        );
-        EdgeVerdict {
-            allowed,
-            status: if allowed {
-                StatusCode::OK
-            } else {
-                StatusCode::TOO_MANY_REQUESTS
-            },
-            delay: if allowed {
-                decided.delay
-            } else {
-                Duration::ZERO
-            },
-            retry_after,
-            fields: decided
-                .rule
-                .zip(decided.quota)
-                .and_then(|(rule, quota)| fields.with_limit(rule, quota, limit, retry_after)),
-            decided: Some(decided),
-            error: None,
-            explain: None,
-        }
-    }
-
-    /// Decides `descriptors` for `cost` units with `policy` at `now`: [`Policy::check_next_at`],
-    /// then [`of_check`](Self::of_check) with the policy's own read-only look at the deciding
-    /// rule. For a caller that has descriptors rather than request facts (an RLS server).
-    pub fn decide<C: Clock + Clone + 'static>(
-        policy: &Policy<C>,
-        descriptors: &[(&str, &str)],
-        now: tollgate_core::Nanos,
-        cost: u64,
-        fields: &PolicyFields,
-    ) -> Self {
-        let checked = policy.check_next_at(descriptors, now, cost);
-        let rule = checked.as_ref().ok().and_then(|(d, _)| d.rule);
-        EdgeVerdict::of_check(checked, cost, fields, |units| {
-            policy.peek_rule_at(rule?, descriptors, now, units)?.ok()
-        })
-    }
-
-    /// Whether the cost asked can never be admitted (answered 413 / `OVER_LIMIT`, no retry).
-    pub fn cost_too_large(&self) -> bool {
-        self.error.is_some()
-    }
-
-    /// Whether a shadow rule (or any rule under dry run) would have denied.
-    pub fn shadow_denied(&self) -> bool {
-        self.decided.is_some_and(|d| d.shadow_denied)
-    }
-}
+pub use crate::facts::RequestFacts;
+pub(crate) use descriptors::with_descriptors;
+pub use descriptors::{DescriptorNames, DescriptorSourceError};
+pub use verdict::{Admitted, EdgeVerdict};
 
 /// A [`Policy`] as an HTTP edge sees it: descriptors from [`RequestFacts`], one decision, one
 /// [`EdgeVerdict`]. Cheap to share behind an `Arc`; the tower layer and tollgate-pingora each
@@ -474,7 +105,7 @@ pub struct PolicyEdge<C = MonotonicClock> {
     policy: Arc<Policy<C>>,
     client_ip: Option<ClientIp>,
     names: DescriptorNames,
-    pub(crate) fields: PolicyFields,
+    fields: PolicyFields,
     /// The opt-in trace header and whom it is for (`None`, the default: never).
     pub(crate) explain: Option<ExplainHeader>,
 }
@@ -548,7 +179,7 @@ impl<C: Clock + Clone + 'static> PolicyEdge<C> {
         let client = OnceCell::new();
         let client_ip = self.client_ip.as_ref();
         let value = |i: usize| self.names.value(i, client_ip, facts, &client);
-        let schema = &self.names.schema;
+        let schema = self.names.schema();
         let now = self.policy.now();
         let checked = self.policy.check_next_by_at(schema, value, now, cost);
         let rule = checked.as_ref().ok().and_then(|(d, _)| d.rule);
@@ -586,68 +217,179 @@ impl<C: Clock + Clone + 'static> PolicyEdge<C> {
     }
 }
 
-/// Calls `f` with the descriptors of `facts` under `names` (the client address through
-/// `client_ip`), built on the stack: every policy edge builds them this way.
-pub(crate) fn with_descriptors<R>(
-    names: &DescriptorNames,
-    client_ip: Option<&ClientIp>,
-    facts: &RequestFacts<'_>,
-    f: impl FnOnce(&[(&str, &str)]) -> R,
-) -> R {
-    {
-        let client = match names.client {
-            Some(_) => client_text(client_ip, facts),
-            None => None,
-        };
-        let fixed = [
-            (
-                names.client.as_deref(),
-                client.as_ref().map(AddrText::as_str),
-            ),
-            (names.route.as_deref(), Some(facts.path)),
-            (names.method.as_deref(), Some(facts.method)),
-        ];
-        let headers = names
-            .headers
-            .iter()
-            .map(|(header, name)| (Some(&**name), header_text(facts.headers, header)));
-        let mut descriptors: [(&str, &str); MAX_DESCRIPTORS] = [("", ""); MAX_DESCRIPTORS];
-        let mut len = 0;
-        for pair in fixed.into_iter().chain(headers) {
-            if let (Some(name), Some(value), Some(slot)) =
-                (pair.0, pair.1, descriptors.get_mut(len))
-            {
-                *slot = (name, value);
-                len += 1;
-            }
+// The same decisions with their trace, for a request the explain option trusts (the option and
+// its rendering are in `explain.rs`; see its module docs for whom it is for).
+impl<C: Clock + Clone + 'static> PolicyEdge<C> {
+    /// Adds the decision's trace, as response header `name`, to the answer of every request
+    /// `trust` accepts (see the [module docs](crate::explain)); default: never. `trust` sees the
+    /// request's facts (the TCP peer, method, path and headers) and should accept only callers
+    /// the operator trusts: the trace shows every rule's keys, quotas and remaining units.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use http::{HeaderMap, HeaderValue};
+    /// use tollgate_http::headers::TOLLGATE_EXPLAIN;
+    /// use tollgate_http::{ClientIp, PolicyEdge, RequestFacts};
+    /// use tollgate_policy::{Policy, PolicyConfig};
+    ///
+    /// let policy = Arc::new(Policy::new(PolicyConfig::from_toml(r#"
+    ///     [[rules]]
+    ///     name = "per_ip"
+    ///     match = { remote_address = "any" }
+    ///     key = ["remote_address"]
+    ///     limit = 1
+    ///     period = "1m"
+    ///     capacity = 1024
+    /// "#)?)?);
+    /// // Traces for peers on the operators' network only.
+    /// let ops: ipnet::IpNet = "10.9.0.0/16".parse()?;
+    /// let edge = PolicyEdge::new(policy)
+    ///     .client_ip(ClientIp::trusting([]))
+    ///     .explain_header(TOLLGATE_EXPLAIN.clone(), move |facts| {
+    ///         facts.peer.is_some_and(|peer| ops.contains(&peer))
+    ///     });
+    /// let headers = HeaderMap::new();
+    /// let from = |peer: [u8; 4]| RequestFacts {
+    ///     peer: Some(peer.into()),
+    ///     method: "GET",
+    ///     path: "/",
+    ///     headers: &headers,
+    /// };
+    /// assert!(edge.decide(&from([192, 0, 2, 1]), 1).explain.is_none());
+    /// let operator = from([10, 9, 0, 7]);
+    /// edge.decide(&operator, 1);
+    /// let denied = edge.decide(&operator, 1);
+    /// let trace = denied.explain.expect("trusted");
+    /// assert!(trace.value.to_str()?.starts_with("denied by per_ip; per_ip: key `10.9.0.7` denied"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn explain_header(
+        mut self,
+        name: HeaderName,
+        trust: impl Fn(&RequestFacts<'_>) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.explain = Some(ExplainHeader::new(name, trust));
+        self
+    }
+
+    /// The explain option, when it is set and trusts `facts`.
+    #[inline]
+    pub(crate) fn explain_for(&self, facts: &RequestFacts<'_>) -> Option<&ExplainHeader> {
+        self.explain.as_ref().filter(|e| e.trusts(facts))
+    }
+
+    /// [`decide`](Self::decide) with the trace: [`Policy::explain_next_at`] decides, and the
+    /// verdict is worked out from its answer as from `check_next_at`'s.
+    ///
+    /// [`Policy::explain_next_at`]: tollgate_policy::Policy::explain_next_at
+    pub(crate) fn decide_explained(
+        &self,
+        facts: &RequestFacts<'_>,
+        cost: u64,
+        explain: &ExplainHeader,
+    ) -> EdgeVerdict {
+        self.with_descriptors(facts, |descriptors| {
+            let policy = self.policy();
+            let now = policy.now();
+            let (checked, text) = match policy.explain_next_at(descriptors, now, cost) {
+                Ok((decided, next, why)) => (Ok((decided, next)), why.to_string()),
+                Err(error) => {
+                    let text = refused(&error);
+                    (Err(error), text)
+                }
+            };
+            let rule = checked.as_ref().ok().and_then(|(d, _)| d.rule);
+            let mut verdict = EdgeVerdict::of_check(checked, cost, &self.fields, |units| {
+                policy.peek_rule_at(rule?, descriptors, now, units)?.ok()
+            });
+            verdict.explain = Some(explain.field(&text));
+            verdict
+        })
+    }
+
+    /// [`admit`](Self::admit) with the trace ([`Policy::admit_explained_at`]).
+    ///
+    /// [`Policy::admit_explained_at`]: tollgate_policy::Policy::admit_explained_at
+    pub(crate) fn admit_explained(
+        &self,
+        facts: &RequestFacts<'_>,
+        cost: u64,
+        explain: &ExplainHeader,
+    ) -> Admitted {
+        self.with_descriptors(facts, |descriptors| {
+            let policy = self.policy();
+            let now = policy.now();
+            let (admitted, text) = match policy.admit_explained_at(descriptors, now, cost) {
+                Ok((admission, why)) => (Ok(admission), why.to_string()),
+                Err(error) => {
+                    let text = refused(&error);
+                    (Err(error), text)
+                }
+            };
+            let mut admitted = self.render_admission(admitted, descriptors, now, cost);
+            admitted.verdict.explain = Some(explain.field(&text));
+            admitted
+        })
+    }
+}
+
+// Rate and concurrency rules as one: what the tower `AdmitLayer` and tollgate-pingora render.
+impl<C: Clock + Clone + 'static> PolicyEdge<C> {
+    /// Decides `facts` for `cost` units against the policy's rate and concurrency rules as one
+    /// ([`Policy::admit_at`](tollgate_policy::Policy::admit_at)); for a request the
+    /// [`explain_header`](Self::explain_header) predicate trusts, with the decision's trace in
+    /// [`EdgeVerdict::explain`].
+    pub fn admit(&self, facts: &RequestFacts<'_>, cost: u64) -> Admitted {
+        if let Some(explain) = self.explain_for(facts) {
+            return self.admit_explained(facts, cost, explain);
         }
-        f(&descriptors[..len])
+        self.with_descriptors(facts, |descriptors| {
+            let now = self.policy().now();
+            let admitted = self.policy().admit_at(descriptors, now, cost);
+            self.render_admission(admitted, descriptors, now, cost)
+        })
+    }
+
+    /// The verdict for what `admit_at` (or its explained twin) answered for `descriptors`.
+    pub(crate) fn render_admission(
+        &self,
+        admitted: Result<Admission, PolicyError>,
+        descriptors: &[(&str, &str)],
+        now: Nanos,
+        cost: u64,
+    ) -> Admitted {
+        let policy = self.policy();
+        let admission = match admitted {
+            Ok(admission) => admission,
+            Err(error) => {
+                return Admitted {
+                    verdict: EdgeVerdict::of_check(Err(error), cost, &self.fields, |_| None),
+                    admission: None,
+                };
+            }
+        };
+        let rule = admission.decision.rule;
+        let checked = Ok((admission.decision, admission.next_unit()));
+        let mut verdict = EdgeVerdict::of_check(checked, cost, &self.fields, |n| {
+            policy.peek_rule_at(rule?, descriptors, now, n)?.ok()
+        });
+        if admission.denied_by_concurrency() {
+            verdict.status = StatusCode::SERVICE_UNAVAILABLE;
+            verdict.fields = None;
+        }
+        Admitted {
+            admission: verdict.allowed.then_some(admission),
+            verdict,
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use http::HeaderMap;
 
-    #[test]
-    fn addresses_are_written_as_display_writes_them() {
-        let addrs = [
-            "0.0.0.0",
-            "1.2.3.4",
-            "10.20.30.40",
-            "255.255.255.255",
-            "192.0.2.109",
-            "::1",
-            "2001:db8::8:800:200c:417a",
-            "2001:db8:ffff:ffff:ffff:ffff:ffff:ffff",
-            "::ffff:255.255.255.255",
-        ];
-        for text in addrs {
-            let ip: IpAddr = text.parse().expect("address");
-            let written = AddrText::of(ip).expect("fits");
-            assert_eq!(written.as_str(), ip.to_string(), "{text}");
-        }
-    }
+    use super::*;
+    use crate::edge::descriptors::MAX_HEADER_DESCRIPTORS;
 
     fn descriptors(edge: &PolicyEdge, facts: &RequestFacts<'_>) -> Vec<(String, String)> {
         edge.with_descriptors(facts, |d| {
@@ -715,24 +457,6 @@ mod tests {
             DescriptorNames::default()
                 .header("bad header", "h")
                 .is_err()
-        );
-    }
-
-    #[test]
-    fn a_denial_without_a_look_promises_no_units() {
-        let denied = Decision::denied(2_500_000_000, 10_000_000_000);
-        assert_eq!(headers::service_limit(&denied, 3, |_| None), (0, 3));
-        let left_two = |units: u64| {
-            Some(if units <= 2 {
-                Decision::allowed(2 - units, 0)
-            } else {
-                Decision::denied(1_200_000_000, 0)
-            })
-        };
-        assert_eq!(
-            headers::service_limit(&denied, 3, left_two),
-            (2, 2),
-            "two left, a third in 1.2 s"
         );
     }
 }

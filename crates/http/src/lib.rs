@@ -78,13 +78,18 @@ mod check;
 #[cfg(feature = "policy")]
 #[doc(hidden)]
 pub mod conformance;
+mod cost;
+mod decide;
 #[cfg(feature = "policy")]
 pub mod edge;
 #[cfg(feature = "policy")]
 pub mod explain;
+#[cfg(feature = "policy")]
+mod facts;
 mod forwarded;
 pub mod headers;
 mod key;
+mod keyed_decider;
 mod layer;
 #[cfg(feature = "policy")]
 mod policy_fields;
@@ -94,35 +99,40 @@ mod policy_layer;
 mod redis;
 #[cfg(all(feature = "redis", feature = "policy"))]
 mod redis_edge;
+mod response;
 #[cfg(feature = "policy")]
 mod settle_layer;
 
 #[cfg(feature = "policy")]
-pub use admit_layer::{Admit, AdmitBody, AdmitFuture, AdmitLayer, Admitted};
+pub use admit_layer::{Admit, AdmitBody, AdmitFuture, AdmitLayer};
 pub use async_layer::{
     AsyncKeyedCheck, AsyncKeyedDecider, AsyncRateLimit, AsyncRateLimitLayer,
     AsyncRateLimitLayerBuilder,
 };
 pub use body::RateLimitBody;
 pub use check::KeyedCheck;
+pub use cost::{RequestCost, UnitCost};
+pub use decide::{Answer, Decide, Decided, LaterVerdict, Pending, Verdict};
 #[cfg(feature = "policy")]
-pub use edge::{DescriptorNames, DescriptorSourceError, EdgeVerdict, PolicyEdge, RequestFacts};
+pub use edge::{
+    Admitted, DescriptorNames, DescriptorSourceError, EdgeVerdict, PolicyEdge, RequestFacts,
+};
 pub use headers::{HeaderMode, PolicyNameError, RateLimitValue};
 pub use key::{
     ClientIp, ForwardedHeader, GlobalKey, HeaderKey, IpGrouping, KeyError, KeyExtractor, KeyFn,
     PeerIp, RequestHead,
 };
-pub use layer::{
-    Answer, Decide, Decided, Fields, Gate, GateBuilder, GateLayer, KeyedDecider, LaterVerdict,
-    MissingKey, Pending, RateLimit, RateLimitLayer, RateLimitLayerBuilder, RequestCost,
-    ResponseFuture, UnitCost, Verdict,
+pub use keyed_decider::{
+    KeyedDecider, MissingKey, RateLimit, RateLimitLayer, RateLimitLayerBuilder,
 };
+pub use layer::{Gate, GateBuilder, GateLayer, ResponseFuture};
 #[cfg(feature = "policy")]
 pub use policy_fields::{FieldValues, PolicyFields};
 #[cfg(feature = "policy")]
 pub use policy_layer::{EdgeDescriptors, PolicyLayer, PolicyLayerBuilder, PolicyRateLimit};
 #[cfg(all(feature = "redis", feature = "policy"))]
 pub use redis_edge::{RedisPolicyEdge, RedisPolicyLayer};
+pub use response::Fields;
 #[cfg(feature = "policy")]
 pub use settle_layer::{
     ActualCost, ByteMeter, CostMeter, SettleBody, SettleFuture, SettleLayer, SettleLayerBuilder,

@@ -9,13 +9,13 @@ use http::header::HeaderName;
 use tollgate_core::{Clock, MonotonicClock};
 use tollgate_policy::Policy;
 
+use crate::cost::{RequestCost, UnitCost};
+use crate::decide::{Answer, Decide, Decided, LaterVerdict, Sealed, Verdict};
 use crate::edge::{DescriptorNames, DescriptorSourceError, PolicyEdge, RequestFacts};
 use crate::explain::ExplainHeader;
 use crate::key::{ClientIp, RequestHead};
-use crate::layer::{
-    Answer, COST_BODY, Decide, Decided, Fields, Gate, GateBuilder, GateLayer, LaterVerdict,
-    RequestCost, Sealed, UnitCost, Verdict,
-};
+use crate::layer::{Gate, GateBuilder, GateLayer};
+use crate::response::{COST_BODY, Fields};
 
 impl<C> Sealed for PolicyEdge<C> {}
 

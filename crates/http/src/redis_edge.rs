@@ -9,11 +9,11 @@ use std::sync::Arc;
 use tollgate_policy::RedisPolicy;
 
 use crate::PolicyFields;
+use crate::cost::{RequestCost, UnitCost};
+use crate::decide::{Answer, Decide, Decided, LaterVerdict, Sealed};
 use crate::edge::{DescriptorNames, EdgeVerdict, RequestFacts, with_descriptors};
 use crate::key::{ClientIp, RequestHead};
-use crate::layer::{
-    Answer, Decide, Decided, GateBuilder, GateLayer, LaterVerdict, RequestCost, Sealed, UnitCost,
-};
+use crate::layer::{GateBuilder, GateLayer};
 use crate::policy_layer::{EdgeDescriptors, rendered};
 
 /// The transport-free edge over a [`RedisPolicy`]: request facts to descriptors (as

@@ -41,7 +41,7 @@ use crate::body::RateLimitBody;
 use crate::edge::{PolicyEdge, RequestFacts};
 use crate::headers::HeaderMode;
 use crate::key::RequestHead;
-use crate::layer::{COST_BODY, Fields, json_response, too_many_requests};
+use crate::response::{COST_BODY, Fields, json_response, too_many_requests};
 
 /// Counts a response body's cost as it streams.
 pub trait CostMeter: Send + 'static {

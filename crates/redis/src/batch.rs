@@ -429,7 +429,7 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisBatch<C> {
         if self.breaker.admit() == Admission::Reject {
             return Err(Error::CircuitOpen);
         }
-        if self.split && crate::split::slots_differ(&self.config, &sent) {
+        if self.split && self.spans_slots(&sent) {
             // Several scripts decide a split request, each at its own instant: none is reported.
             return self
                 .run_split(keys, &sent, now, cost, peek)

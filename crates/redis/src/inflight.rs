@@ -6,10 +6,7 @@
 //! removes the holder (`ZREM`). A holder whose process crashed (or was killed, or lost its
 //! network) never releases, so its permits come back when they expire.
 //!
-//! **Bound**: a crashed instance's permits count against the limit for at most one `expiry` after
-//! its last take or [`renew`](RedisPermit::renew) of each; never longer, and never more than the
-//! permits it held. A live holder of a request longer than `expiry` must renew, or its permit is
-//! given to someone else (the limit is then exceeded by one until it finishes).
+//! The expiry bound is stated on [`RedisInFlight`].
 //!
 //! Dropping a [`RedisPermit`] inside a tokio runtime sends its `ZREM` from a spawned task; outside
 //! one (or if that call fails) the permit comes back at its expiry. [`RedisPermit::release`] awaits
@@ -60,8 +57,12 @@ redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 return redis.call('ZCARD', KEYS[1])
 ";
 
-/// At most `limit` permits out per key across every instance sharing the Redis. See the
-/// [module docs](self) for the expiry bound.
+/// At most `limit` permits out per key across every instance sharing the Redis.
+///
+/// **Bound**: a crashed instance's permits count against the limit for at most one `expiry` after
+/// its last take or [`renew`](RedisPermit::renew) of each; never longer, and never more than the
+/// permits it held. A live holder of a request longer than `expiry` must renew, or its permit is
+/// given to someone else (the limit is then exceeded by one until it finishes).
 pub struct RedisInFlight {
     conn: ConnectionManager,
     prefix: String,

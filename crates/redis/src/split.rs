@@ -13,17 +13,9 @@ use tollgate_core::{Decision, Nanos};
 
 use crate::batch::{BatchKey, RedisBatch, admitted, parse};
 use crate::breaker::Outcome;
-use crate::config::RedisConfig;
 use crate::error::Error;
 use crate::scripts;
 use crate::slot::slot;
-
-/// Whether `sent`'s keys (under `config`'s prefix) lie in more than one hash slot.
-pub(crate) fn slots_differ(config: &RedisConfig, sent: &[&BatchKey<'_>]) -> bool {
-    let mut slots = sent.iter().map(|k| slot(config.key(k.key).as_bytes()));
-    let first = slots.next();
-    slots.any(|s| Some(s) != first)
-}
 
 /// Drives every future to completion concurrently (on the caller's task) and answers their
 /// outputs in order.
@@ -52,6 +44,17 @@ async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
 }
 
 impl<C: ConnectionLike + Clone + Send + Sync> RedisBatch<C> {
+    /// Whether `sent`'s keys (under the batch's prefix) lie in more than one hash slot, so that
+    /// one script cannot decide them: the test that sends a request down [`run_split`]. A method
+    /// here, beside the split it chooses, so that `batch.rs` names nothing of this file.
+    ///
+    /// [`run_split`]: Self::run_split
+    pub(crate) fn spans_slots(&self, sent: &[&BatchKey<'_>]) -> bool {
+        let mut slots = sent.iter().map(|k| slot(self.config.key(k.key).as_bytes()));
+        let first = slots.next();
+        slots.any(|s| Some(s) != first)
+    }
+
     /// [`RedisBatch::try_check`] (or a peek) for keys in several slots; the breaker has admitted
     /// the call. `sent`: the keys sent (those whose cost fits their capacity), in `keys`' order.
     pub(crate) async fn run_split(

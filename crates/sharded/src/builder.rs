@@ -4,10 +4,12 @@ use std::hash::BuildHasher;
 use std::marker::PhantomData;
 
 use crossbeam_utils::CachePadded;
-use tollgate_core::{Algorithm, AtomicState, Clock, MonotonicClock, Quota};
+use tollgate_core::{Algorithm, AtomicState, Clock, Gcra, MonotonicClock, Quota};
 
 use crate::defaults::Defaults;
 use crate::error::KeyedError;
+use crate::hot_config::HotKeyConfig;
+use crate::hot_table::HotTable;
 use crate::ledger::OverflowLedger;
 use crate::limiter::{
     DEFAULT_WINDOW, KeyedLimiter, MAX_OVERRIDE_QUOTAS, MAX_STRIPES, MAX_WINDOW, MIN_WINDOW, Stripe,
@@ -28,7 +30,7 @@ pub struct Builder<K: ?Sized, A, C = MonotonicClock> {
     stripes: Option<usize>,
     window: usize,
     /// Hot-key promotion (`hot.rs`; set only on GCRA builders).
-    pub(crate) hot: Option<crate::hot::HotKeyConfig>,
+    hot: Option<HotKeyConfig>,
     _key: PhantomData<fn(&K)>,
     _algorithm: PhantomData<A>,
 }
@@ -144,11 +146,20 @@ impl<K: ?Sized, A: Algorithm, C: Clock> Builder<K, A, C> {
             hasher: foldhash::quality::FixedState::with_seed(seed),
             capacity,
             clock: self.clock,
-            hot: self
-                .hot
-                .map(|config| Box::new(crate::hot::HotTable::new(config))),
+            hot: self.hot.map(|config| Box::new(HotTable::new(config))),
             _key: PhantomData,
         })
+    }
+}
+
+impl<K: ?Sized, C> Builder<K, Gcra, C> {
+    /// Promotes hot keys automatically (off by default): a key whose slot keeps losing its
+    /// compare-and-swap is served by a leased striped limiter continuing its own GCRA timeline until
+    /// it cools, never admitting more than the plain key would. GCRA only. See `hot.rs`'s module
+    /// docs (in the repository) for the proof and what is not done yet.
+    pub fn promote_hot_keys(mut self, config: HotKeyConfig) -> Self {
+        self.hot = Some(config);
+        self
     }
 }
 

@@ -75,204 +75,20 @@
 //! over the table's lifetime; after that, hot keys stay on their slots. Reusing an entry needs to
 //! know that no decision that read the old marker is still on its limiter (a reader count or epoch):
 //! not done yet.
+//!
+//! [`Gcra`]: tollgate_core::Gcra
+//! [`HotKeyConfig::failures`]: crate::HotKeyConfig::failures
+//! [`HotKeyConfig::within`]: crate::HotKeyConfig::within
+//! [`HotKeyConfig::cool_after`]: crate::HotKeyConfig::cool_after
+//! [`HotKeyConfig::max_promotions`]: crate::HotKeyConfig::max_promotions
 
-use std::time::Duration;
-
-use tollgate_core::{Algorithm, CheckError, Clock, Decision, Gcra, Limiter, ManualClock, Nanos};
+use tollgate_core::{Algorithm, CheckError, Clock, Decision, Limiter, ManualClock, Nanos};
 use tollgate_striped::{StripedConfig, StripedLimiter};
 
-use crate::builder::Builder;
-use crate::limiter::KeyedLimiter;
+use crate::hot_table::{HotTable, MARK, Promoted, is_marker, marker};
+use crate::limiter::{KeyedLimiter, Place, Scan};
 use crate::slot::SlotWord;
-use crate::sync::{AtomicU64, AtomicUsize, Mutex, MutexGuard, OnceLock, Ordering, lock};
-
-/// The two top bits of a slot state that mark a promoted key (the entry number is below them). A
-/// GCRA TAT this far ahead (2⁶² ns, 146 years) denies every request, so a path that does not know
-/// about promotion fails closed on it.
-const MARK: u64 = 0b11 << 62;
-/// Detection cells (a power of two); a slot uses cell `index % CELLS`.
-const CELLS: usize = 64;
-/// The most promotions one table may be configured for.
-pub const MAX_PROMOTIONS: usize = 1 << 20;
-
-/// Whether `state` is a promoted key's marker (not yet checked against its entry).
-#[inline(always)]
-fn is_marker(state: u64) -> bool {
-    state & MARK == MARK
-}
-
-/// The marker naming entry `entry`.
-fn marker(entry: usize) -> u64 {
-    MARK | entry as u64
-}
-
-/// When a key counts as hot, and how many promotions a table may make. From
-/// [`Builder::promote_hot_keys`].
-///
-/// ```
-/// use std::time::Duration;
-/// use tollgate_core::{Gcra, Quota};
-/// use tollgate_sharded::{HotKeyConfig, KeyedLimiter};
-///
-/// let limiter = KeyedLimiter::<str, Gcra>::builder(Quota::per_second(1_000)?, 1_000)
-///     .promote_hot_keys(HotKeyConfig::default().failures(32).within(Duration::from_millis(2)))
-///     .build()?;
-/// assert!(limiter.check_key("tenant-1", 1)?.is_allowed());
-/// assert_eq!(limiter.promoted_keys(), 0); // promoted only once its slot's CAS keeps failing
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct HotKeyConfig {
-    failures: u64,
-    within: Nanos,
-    max_promotions: usize,
-    stripes: Option<usize>,
-    cool_after: Nanos,
-}
-
-impl Default for HotKeyConfig {
-    /// 16 failed exchanges within 1 ms, cooled 100 ms after its bucket is full again, at most
-    /// 1 024 promotions, the striped limiter's default stripe count.
-    fn default() -> Self {
-        HotKeyConfig {
-            failures: 16,
-            within: 1_000_000,
-            max_promotions: 1_024,
-            stripes: None,
-            cool_after: 100_000_000,
-        }
-    }
-}
-
-impl HotKeyConfig {
-    /// Failed admission exchanges on one slot (within [`within`](Self::within)) that promote its key
-    /// (at least 1).
-    pub fn failures(mut self, failures: u64) -> Self {
-        self.failures = failures.max(1);
-        self
-    }
-
-    /// How close together the failures must be: counted from the first one; a failure later than
-    /// this starts the count again.
-    pub fn within(mut self, within: Duration) -> Self {
-        self.within = u64::try_from(within.as_nanos()).unwrap_or(u64::MAX);
-        self
-    }
-
-    /// Promotions over the table's lifetime (entries are not reused yet; see the module docs of
-    /// `hot.rs`), at most [`MAX_PROMOTIONS`]. 0 turns promotion off.
-    pub fn max_promotions(mut self, max: usize) -> Self {
-        self.max_promotions = max.min(MAX_PROMOTIONS);
-        self
-    }
-
-    /// How long after its bucket is full again a promoted key is demoted by its next decision
-    /// (default 100 ms; 0: as soon as it is full). Any value keeps the hand-back exact (module
-    /// docs); a longer one keeps a key that pauses briefly from being promoted again and again.
-    pub fn cool_after(mut self, after: Duration) -> Self {
-        self.cool_after = u64::try_from(after.as_nanos()).unwrap_or(u64::MAX);
-        self
-    }
-
-    /// Stripes of each promoted key's striped limiter (default: its own default).
-    pub fn stripes(mut self, stripes: usize) -> Self {
-        self.stripes = Some(stripes);
-        self
-    }
-}
-
-/// One detection cell: the slot whose failures it counts (index + 1; 0 = none), how many, since when.
-/// Written only on failed exchanges; a hint (the three words need not agree).
-#[derive(Debug)]
-struct Cell {
-    slot: AtomicUsize,
-    count: AtomicU64,
-    since: AtomicU64,
-}
-
-/// A promoted key: its striped limiter and the slot it serves.
-pub(crate) struct Promoted {
-    pub(crate) limiter: StripedLimiter<ManualClock>,
-    /// The slot's absolute index.
-    slot: usize,
-    /// The key's tag hash.
-    hash_part: u64,
-}
-
-/// A table's hot-key state: detection cells and promotion entries.
-pub(crate) struct HotTable {
-    config: HotKeyConfig,
-    cells: Box<[Cell]>,
-    /// Entry `e` serves the key whose slot holds `marker(e)`; set once, never reused.
-    entries: Box<[OnceLock<Box<Promoted>>]>,
-    /// Entries handed out.
-    claimed: AtomicUsize,
-    /// Keys demoted (monitoring).
-    demoted: AtomicUsize,
-}
-
-impl HotTable {
-    pub(crate) fn new(config: HotKeyConfig) -> Self {
-        HotTable {
-            config,
-            cells: (0..CELLS)
-                .map(|_| Cell {
-                    slot: AtomicUsize::new(0),
-                    count: AtomicU64::new(0),
-                    since: AtomicU64::new(0),
-                })
-                .collect(),
-            entries: (0..config.max_promotions)
-                .map(|_| OnceLock::new())
-                .collect(),
-            claimed: AtomicUsize::new(0),
-            demoted: AtomicUsize::new(0),
-        }
-    }
-
-    /// Counts a failed exchange on slot `index` at `now`; whether its key is now hot.
-    fn count_failure(&self, index: usize, now: Nanos) -> bool {
-        // All Relaxed: the cells are a heuristic that publishes nothing; a lost or torn update only
-        // delays or hastens a promotion, and every promotion is safe.
-        let cell = &self.cells[index % CELLS];
-        let since = cell.since.load(Ordering::Relaxed);
-        if cell.slot.load(Ordering::Relaxed) != index + 1
-            || now.saturating_sub(since) > self.config.within
-        {
-            cell.slot.store(index + 1, Ordering::Relaxed);
-            cell.since.store(now, Ordering::Relaxed);
-            cell.count.store(1, Ordering::Relaxed);
-            return self.config.failures <= 1;
-        }
-        let count = cell.count.fetch_add(1, Ordering::Relaxed) + 1;
-        if count < self.config.failures {
-            return false;
-        }
-        cell.slot.store(0, Ordering::Relaxed);
-        true
-    }
-
-    /// Takes a new entry number; `None` when all are used.
-    fn claim(&self) -> Option<usize> {
-        // Relaxed: only hands out distinct numbers; the entry is published by the slot's Release
-        // exchange (see `promote_locked`).
-        let mut claimed = self.claimed.load(Ordering::Relaxed);
-        loop {
-            if claimed >= self.entries.len() {
-                return None;
-            }
-            match self.claimed.compare_exchange(
-                claimed,
-                claimed + 1,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return Some(claimed),
-                Err(found) => claimed = found,
-            }
-        }
-    }
-}
+use crate::sync::{Mutex, MutexGuard, Ordering, lock};
 
 /// The stripe lock if free now (poisoning ignored, as `sync::lock`).
 fn try_lock<T>(mutex: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
@@ -280,17 +96,6 @@ fn try_lock<T>(mutex: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
         Ok(guard) => Some(guard),
         Err(std::sync::TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
         Err(std::sync::TryLockError::WouldBlock) => None,
-    }
-}
-
-impl<K: ?Sized, C> Builder<K, Gcra, C> {
-    /// Promotes hot keys automatically (off by default): a key whose slot keeps losing its
-    /// compare-and-swap is served by a leased striped limiter continuing its own GCRA timeline until
-    /// it cools, never admitting more than the plain key would. GCRA only. See `hot.rs`'s module
-    /// docs (in the repository) for the proof and what is not done yet.
-    pub fn promote_hot_keys(mut self, config: HotKeyConfig) -> Self {
-        self.hot = Some(config);
-        self
     }
 }
 
@@ -459,11 +264,11 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
 
     /// Demotes `key` if it is promoted in the window at `place` (its stripe lock held): before an
     /// override change of the key.
-    pub(crate) fn demote_at_locked(&self, place: crate::limiter::Place, now: Nanos) {
+    pub(crate) fn demote_at_locked(&self, place: Place, now: Nanos) {
         if self.hot.is_none() {
             return;
         }
-        if let crate::limiter::Scan::Found(index, word) = self.scan(place, None, None)
+        if let Scan::Found(index, word) = self.scan(place, None, None)
             && let Some(promoted) = self.promoted(index, word)
         {
             self.demote_locked(index, word, promoted, now);
@@ -485,8 +290,8 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         let place = self.place(self.hasher.hash_one(key));
         let _guard = lock(&self.stripes[place.stripe].insert);
         match self.scan(place, None, None) {
-            crate::limiter::Scan::Found(index, _) => self.promote_locked(hot, index),
-            crate::limiter::Scan::Missing { .. } => false,
+            Scan::Found(index, _) => self.promote_locked(hot, index),
+            Scan::Missing { .. } => false,
         }
     }
 
@@ -502,10 +307,10 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         let place = self.place(self.hasher.hash_one(key));
         let _guard = lock(&self.stripes[place.stripe].insert);
         match self.scan(place, None, None) {
-            crate::limiter::Scan::Found(index, word) => self
+            Scan::Found(index, word) => self
                 .promoted(index, word)
                 .is_some_and(|promoted| self.demote_locked(index, word, promoted, now)),
-            crate::limiter::Scan::Missing { .. } => false,
+            Scan::Missing { .. } => false,
         }
     }
 
@@ -527,7 +332,8 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     }
 
     /// Promotion entries used over the table's lifetime (at most
-    /// [`HotKeyConfig::max_promotions`]; an attempt whose key changed under it uses one too).
+    /// [`HotKeyConfig::max_promotions`](crate::HotKeyConfig::max_promotions); an attempt whose
+    /// key changed under it uses one too).
     pub fn promotions(&self) -> usize {
         // Relaxed: a monitoring figure.
         self.hot

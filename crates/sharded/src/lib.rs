@@ -67,6 +67,8 @@ mod defaults;
 mod error;
 mod headroom;
 mod hot;
+mod hot_config;
+mod hot_table;
 mod inflight;
 mod insert;
 mod ledger;
@@ -81,7 +83,7 @@ mod table;
 pub use batch::{CHECK_KEYS_LOOKAHEAD, CheckKeys};
 pub use builder::Builder;
 pub use error::KeyedError;
-pub use hot::{HotKeyConfig, MAX_PROMOTIONS};
+pub use hot_config::{HotKeyConfig, MAX_PROMOTIONS};
 pub use inflight::{KeyPermit, KeyedInFlight};
 pub use limiter::{
     DEFAULT_WINDOW, KeyedLimiter, MAX_OVERRIDE_QUOTAS, MAX_STRIPES, MAX_WINDOW, MIN_WINDOW,

@@ -15,6 +15,7 @@ use tollgate_core::{
 use crate::defaults::Defaults;
 use crate::error::KeyedError;
 use crate::headroom::Plain;
+use crate::hot_table::HotTable;
 use crate::ledger::OverflowLedger;
 use crate::slot::{SlotWord, TIER_MASK};
 use crate::sync::{AtomicPair, AtomicUsize, Mutex, OnceLock, Ordering, lock};
@@ -94,7 +95,7 @@ pub struct KeyedLimiter<K: ?Sized, A, C = MonotonicClock> {
     pub(crate) capacity: usize,
     pub(crate) clock: C,
     /// Hot-key promotion (`hot.rs`); `None` unless enabled (GCRA tables only).
-    pub(crate) hot: Option<Box<crate::hot::HotTable>>,
+    pub(crate) hot: Option<Box<HotTable>>,
     pub(crate) _key: PhantomData<fn(&K)>,
 }
 

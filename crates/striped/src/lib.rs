@@ -120,12 +120,23 @@
 //! load is weakened to `Relaxed`). The alone flag is `Relaxed` throughout: it publishes nothing and
 //! every decision is exact whatever value is read.
 
+mod config;
+#[cfg(feature = "diagnostics")]
+mod diagnostics;
+mod error;
 mod grant;
+mod handover;
 mod lease;
+mod lease_path;
 mod limiter;
+mod receipt;
+mod refund;
+mod shared;
+mod stripe;
 mod sync;
 
+pub use config::{LeaseSize, MAX_STRIPES, StripedConfig};
+pub use error::StripedError;
 pub use lease::LeaseWord;
-pub use limiter::{
-    LeaseReceipt, LeaseSize, MAX_STRIPES, StripedConfig, StripedError, StripedLimiter,
-};
+pub use limiter::StripedLimiter;
+pub use receipt::LeaseReceipt;
