@@ -8,7 +8,7 @@ use tollgate_core::{CheckError, Decision, Quota};
 
 use crate::check::KeyedCheck;
 use crate::cost::{RequestCost, UnitCost};
-use crate::decide::{Answer, Decide, Decided, LaterVerdict, Sealed, Verdict};
+use crate::decide::{Decide, Decided, LaterVerdict, ResponseSettings, Sealed, Verdict};
 use crate::headers::{self, PolicyHeaders, PolicyNameError};
 use crate::key::{KeyExtractor, RequestHead};
 use crate::keyed_decider::MissingKey;
@@ -116,7 +116,7 @@ where
         &self,
         head: &RequestHead<'_>,
         cost: &Cf,
-        answer: Answer,
+        answer: ResponseSettings,
     ) -> Decided<LaterVerdict> {
         let cost = cost.cost(head);
         let key = match self.extractor.extract(head) {

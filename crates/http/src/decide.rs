@@ -1,5 +1,5 @@
 //! The deciders' side of the one tower layer: what a [`Decide`]r answers (a [`Verdict`], now or
-//! later: [`Decided`]), the layer settings it answers with ([`Answer`]), and how the service
+//! later: [`Decided`]), the layer settings it answers with ([`ResponseSettings`]), and how the service
 //! holds a decision still under way ([`Pending`]).
 
 use std::convert::Infallible;
@@ -52,14 +52,14 @@ pub enum Decided<L> {
 
 /// The layer settings a decider needs to say what the response carries.
 #[derive(Clone, Copy, Debug)]
-pub struct Answer {
+pub struct ResponseSettings {
     /// Which fields responses carry (a decider skips the look-ups for fields not sent).
     pub mode: HeaderMode,
     /// The status for a cost that can never be admitted.
     pub cost_error_status: StatusCode,
 }
 
-impl Answer {
+impl ResponseSettings {
     /// Whether the response to `decision` carries fields (so its `(r, t)` is worth a look-up).
     pub(crate) fn wants_fields(&self, decision: &Decision) -> bool {
         (self.mode.ietf || self.mode.legacy) && (self.mode.on_allowed || !decision.is_allowed())
@@ -114,7 +114,7 @@ pub trait Decide: Sealed + Send + Sync + 'static {
         &self,
         head: &RequestHead<'_>,
         cost: &Cf,
-        answer: Answer,
+        answer: ResponseSettings,
     ) -> Decided<Self::Later>;
 }
 

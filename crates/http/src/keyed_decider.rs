@@ -8,7 +8,7 @@ use http::StatusCode;
 
 use crate::check::KeyedCheck;
 use crate::cost::{RequestCost, UnitCost};
-use crate::decide::{Answer, Decide, Decided, Sealed, Verdict};
+use crate::decide::{Decide, Decided, ResponseSettings, Sealed, Verdict};
 use crate::headers::{self, PolicyHeaders, PolicyNameError};
 use crate::key::{KeyExtractor, RequestHead};
 use crate::layer::{Gate, GateBuilder, GateLayer};
@@ -81,7 +81,7 @@ fn decide_key<K: ?Sized, L: KeyedCheck<K>>(
     route: &Route<L>,
     key: &K,
     cost: u64,
-    answer: Answer,
+    answer: ResponseSettings,
 ) -> Verdict {
     let checked = route.limiter.check_key(key, cost);
     let limit = checked
@@ -104,7 +104,7 @@ where
         &self,
         head: &RequestHead<'_>,
         cost: &Cf,
-        answer: Answer,
+        answer: ResponseSettings,
     ) -> Decided<Infallible> {
         let Some(route) = self.route_for(head.uri.path()) else {
             return Decided::Now(Verdict::Pass);

@@ -21,7 +21,7 @@ use tower_service::Service;
 
 use crate::body::RateLimitBody;
 use crate::cost::{RequestCost, UnitCost};
-use crate::decide::{Answer, Decide, Decided, Pending, Verdict};
+use crate::decide::{Decide, Decided, Pending, ResponseSettings, Verdict};
 use crate::headers::HeaderMode;
 use crate::key::RequestHead;
 use crate::response::{Fields, json_response, too_many_requests};
@@ -29,7 +29,7 @@ use crate::response::{Fields, json_response, too_many_requests};
 struct Config<D, Cf> {
     decider: D,
     cost: Cf,
-    answer: Answer,
+    answer: ResponseSettings,
 }
 
 /// The tower [`Layer`] over a decider `D`; [`RateLimitLayer`](crate::RateLimitLayer),
@@ -74,7 +74,7 @@ impl<D> GateBuilder<D> {
             config: Config {
                 decider,
                 cost: UnitCost,
-                answer: Answer {
+                answer: ResponseSettings {
                     mode: HeaderMode::default(),
                     cost_error_status: StatusCode::PAYLOAD_TOO_LARGE,
                 },

@@ -112,7 +112,7 @@ pub use async_layer::{
 pub use body::RateLimitBody;
 pub use check::KeyedCheck;
 pub use cost::{RequestCost, UnitCost};
-pub use decide::{Answer, Decide, Decided, LaterVerdict, Pending, Verdict};
+pub use decide::{Decide, Decided, LaterVerdict, Pending, ResponseSettings, Verdict};
 #[cfg(feature = "policy")]
 pub use edge::{
     Admitted, DescriptorNames, DescriptorSourceError, EdgeVerdict, PolicyEdge, RequestFacts,

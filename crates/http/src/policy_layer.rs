@@ -10,7 +10,7 @@ use tollgate_core::{Clock, MonotonicClock};
 use tollgate_policy::Policy;
 
 use crate::cost::{RequestCost, UnitCost};
-use crate::decide::{Answer, Decide, Decided, LaterVerdict, Sealed, Verdict};
+use crate::decide::{Decide, Decided, LaterVerdict, ResponseSettings, Sealed, Verdict};
 use crate::edge::{DescriptorNames, DescriptorSourceError, PolicyEdge, RequestFacts};
 use crate::explain::ExplainHeader;
 use crate::key::{ClientIp, RequestHead};
@@ -29,7 +29,7 @@ impl<C: Clock + Clone + 'static> Decide for PolicyEdge<C> {
         &self,
         head: &RequestHead<'_>,
         cost: &Cf,
-        answer: Answer,
+        answer: ResponseSettings,
     ) -> Decided<LaterVerdict> {
         let cost = cost.cost(head);
         let verdict = PolicyEdge::decide(self, &RequestFacts::of(head), cost);
@@ -39,7 +39,10 @@ impl<C: Clock + Clone + 'static> Decide for PolicyEdge<C> {
 
 /// The layer's [`Verdict`] for an [`EdgeVerdict`](crate::EdgeVerdict): every policy decider's one
 /// rendering. A two-stage rule's delay is held on tokio's timer (the only boxed future).
-pub(crate) fn rendered(verdict: crate::EdgeVerdict, answer: Answer) -> Decided<LaterVerdict> {
+pub(crate) fn rendered(
+    verdict: crate::EdgeVerdict,
+    answer: ResponseSettings,
+) -> Decided<LaterVerdict> {
     let mode = answer.mode;
     if verdict.cost_too_large() {
         return Decided::Now(Verdict::Refuse {

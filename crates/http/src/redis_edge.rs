@@ -10,7 +10,7 @@ use tollgate_policy::RedisPolicy;
 
 use crate::PolicyFields;
 use crate::cost::{RequestCost, UnitCost};
-use crate::decide::{Answer, Decide, Decided, LaterVerdict, Sealed};
+use crate::decide::{Decide, Decided, LaterVerdict, ResponseSettings, Sealed};
 use crate::edge::{DescriptorNames, EdgeVerdict, RequestFacts, with_descriptors};
 use crate::key::{ClientIp, RequestHead};
 use crate::layer::{GateBuilder, GateLayer};
@@ -101,7 +101,7 @@ impl Decide for RedisPolicyEdge {
         &self,
         head: &RequestHead<'_>,
         cost: &Cf,
-        answer: Answer,
+        answer: ResponseSettings,
     ) -> Decided<LaterVerdict> {
         let cost = cost.cost(head);
         let owned = self.descriptors(&RequestFacts::of(head));

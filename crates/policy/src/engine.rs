@@ -20,27 +20,25 @@ use tollgate_core::{CheckError, Decision, Nanos, Quota};
 use crate::decision::{Descriptors, PolicyDecision, PolicyError, RuleOutcome};
 use crate::rules::{KeyBuf, Rule, RuleSet};
 use crate::stats::Outcome;
-#[cfg(feature = "redis")]
-use crate::store::AsyncStore;
 use crate::store::{RuleKey, Store, next_unit};
 
 /// A decision with the `RateLimit` field's `t` when asked for.
 pub(crate) type Decided = (PolicyDecision, Option<Duration>);
 
 /// The running combination of a request's rule outcomes.
-struct Tally<R> {
+pub(crate) struct Tally<R> {
     /// Rules that admitted (with what their refund needs), to give back on a denial.
-    admitted: SmallVec<[(usize, R); 8]>,
+    pub(crate) admitted: SmallVec<[(usize, R); 8]>,
     /// The denying rule with the longest wait, its decision and its quota for this key.
     denied: Option<(usize, Decision, Quota)>,
     /// The admitting enforcing rule with the fewest units left, as `denied`.
     tightest: Option<(usize, Decision, Quota)>,
     delay: Duration,
-    shadow_denied: bool,
+    pub(crate) shadow_denied: bool,
 }
 
 impl<R: Copy> Tally<R> {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Tally {
             admitted: SmallVec::new(),
             denied: None,
@@ -51,14 +49,14 @@ impl<R: Copy> Tally<R> {
     }
 
     /// Whether an enforcing rule has denied already: the rules after it are only peeked.
-    fn denying(&self) -> bool {
+    pub(crate) fn denying(&self) -> bool {
         self.denied.is_some()
     }
 
     /// Takes rule `i`'s outcome into account. `result`: the store's answer (`None`: the store
     /// failed open, the rule does not apply); the receipt is `None` for a peek.
     #[allow(clippy::too_many_arguments)]
-    fn record(
+    pub(crate) fn record(
         &mut self,
         set: &RuleSet,
         i: usize,
@@ -134,7 +132,7 @@ impl<R: Copy> Tally<R> {
     }
 
     /// The deciding rule (if any) with its quota for this key, the decision and the delay.
-    fn finish(&self) -> Finished {
+    pub(crate) fn finish(&self) -> Finished {
         match (self.denied, self.tightest) {
             (Some((i, decision, quota)), _) => (Some((i, quota)), decision, Duration::ZERO),
             (None, Some((i, decision, quota))) => (Some((i, quota)), decision, self.delay),
@@ -151,7 +149,7 @@ impl<R: Copy> Tally<R> {
 }
 
 /// A finished tally: the deciding rule with its quota for the key, the decision, the delay.
-type Finished = (Option<(usize, Quota)>, Decision, Duration);
+pub(crate) type Finished = (Option<(usize, Quota)>, Decision, Duration);
 
 /// The quota a rule shows for a key limited by `quota` (a delayed rule shows its configured burst).
 fn shown_quota(rule: &Rule, quota: Quota) -> Quota {
@@ -165,7 +163,7 @@ fn shown_quota(rule: &Rule, quota: Quota) -> Quota {
 /// Rule `i`'s key for this request, if the rule applies. (`always`: once per rule and request; a
 /// call returned the whole `RuleKey` through memory.)
 #[inline(always)]
-fn rule_key<'a>(
+pub(crate) fn rule_key<'a>(
     set: &RuleSet,
     i: usize,
     values: &[Option<&'a str>],
@@ -208,7 +206,7 @@ pub(crate) fn each_rule_key(
 }
 
 #[inline]
-fn answer(
+pub(crate) fn answer(
     set: &RuleSet,
     finished: Finished,
     shadow_denied: bool,
@@ -387,293 +385,6 @@ fn refund<S: Store>(
         let mut buf = KeyBuf::new();
         if let Some(at) = rule_key(set, i, values, &mut buf) {
             store.refund(&at, now, cost, receipt);
-        }
-    }
-}
-
-#[cfg(feature = "redis")]
-/// Decides a request against a store behind a round trip (the store's clock). The same semantics
-/// as [`decide`]: one rule at a time, the admissions given back on a denial.
-pub(crate) async fn decide_async<S: AsyncStore>(
-    set: &RuleSet,
-    store: &S,
-    descriptors: &Descriptors<'_>,
-    dry: bool,
-    now: Option<Nanos>,
-    cost: u64,
-) -> Result<Decided, PolicyError> {
-    let values = set.resolve(descriptors);
-    let (tally, error) = pass_async(set, store, &values, dry, now, cost).await;
-    if error.is_some() || tally.denying() {
-        refund_async(set, store, &values, &tally.admitted, now, cost).await;
-    }
-    match error {
-        Some(error) => Err(error),
-        None => Ok(conclude_async(set, store, &values, &tally)),
-    }
-}
-
-/// [`decide_all`] against a store behind a round trip.
-#[cfg(feature = "redis")]
-pub(crate) async fn decide_all_async<S: AsyncStore>(
-    set: &RuleSet,
-    store: &S,
-    requests: &[(&Descriptors<'_>, u64)],
-    dry: bool,
-    now: Option<Nanos>,
-) -> Vec<Result<Decided, PolicyError>> {
-    if let Some(decided) = decide_all_batch(set, store, requests, dry, now).await {
-        return decided;
-    }
-    let mut passes = Vec::with_capacity(requests.len());
-    for &(descriptors, cost) in requests {
-        let values = set.resolve(descriptors);
-        let (tally, error) = pass_async(set, store, &values, dry, now, cost).await;
-        passes.push((values, tally, error, cost));
-    }
-    let refused = passes
-        .iter()
-        .any(|(_, tally, error, _)| error.is_some() || tally.denying());
-    if refused {
-        for (values, tally, _, cost) in &passes {
-            refund_async(set, store, values, &tally.admitted, now, *cost).await;
-        }
-    }
-    passes
-        .into_iter()
-        .map(|(values, tally, error, _)| match error {
-            Some(error) => Err(error),
-            None => Ok(conclude_async(set, store, &values, &tally)),
-        })
-        .collect()
-}
-
-/// [`decide_all_async`] in one atomic batch, when the store has one: every rule of every request
-/// in one round trip, written only when every enforcing rule of every request admits, so a refused
-/// group needs no refund. `None` (decided request by request instead) without a batch (lease
-/// mode), for requests of different costs (a batch has one cost), for a rule and key two requests
-/// share (the second must see the first's admission), and for a cost a rule can never admit
-/// (each request then gets its own answer or error).
-#[cfg(feature = "redis")]
-async fn decide_all_batch<S: AsyncStore>(
-    set: &RuleSet,
-    store: &S,
-    requests: &[(&Descriptors<'_>, u64)],
-    dry: bool,
-    now: Option<Nanos>,
-) -> Option<Vec<Result<Decided, PolicyError>>>
-where
-    S::Receipt: Default,
-{
-    let &(_, cost) = requests.first()?;
-    if requests.len() < 2 || requests.iter().any(|&(_, c)| c != cost) {
-        return None;
-    }
-    let values: SmallVec<[_; 4]> = requests.iter().map(|(d, _)| set.resolve(d)).collect();
-    // (request, rule, key) for every rule that applies to each request.
-    let mut keys: SmallVec<[(usize, usize, KeyBuf); 8]> = SmallVec::new();
-    for (r, v) in values.iter().enumerate() {
-        each_rule_key(set, v, |at| {
-            keys.push((r, at.index, KeyBuf::from_slice(at.key)))
-        });
-    }
-    let shared = keys.iter().enumerate().any(|(a, (_, i, key))| {
-        keys[a + 1..]
-            .iter()
-            .any(|(_, j, other)| i == j && key == other)
-    });
-    if shared {
-        return None;
-    }
-    let rules: SmallVec<[(RuleKey<'_>, bool); 8]> = keys
-        .iter()
-        .filter_map(|(r, i, key)| {
-            let at = rule_key_of(set, *i, key, &values[*r])?;
-            Some((at, set.rules[*i].enforced(dry)))
-        })
-        .collect();
-    let answers = store.check_batch(&rules, now, cost).await?.ok()?;
-    let committed = rules
-        .iter()
-        .zip(&answers)
-        .all(|((_, enforced), answer)| !enforced || answer.is_none_or(|d| d.is_allowed()));
-    let mut tallies: SmallVec<[Tally<S::Receipt>; 4]> =
-        requests.iter().map(|_| Tally::new()).collect();
-    let mut errors: SmallVec<[Option<PolicyError>; 4]> = requests.iter().map(|_| None).collect();
-    for (((at, enforced), answer), (r, _, _)) in rules.iter().zip(answers).zip(&keys) {
-        let receipt = committed.then(S::Receipt::default);
-        let result = Ok(answer.map(|d| (d, receipt)));
-        if let Err(error) = tallies[*r].record(set, at.index, at, *enforced, cost, result, None) {
-            errors[*r].get_or_insert(error);
-        }
-    }
-    Some(
-        tallies
-            .iter()
-            .zip(errors)
-            .zip(&values)
-            .map(|((tally, error), v)| match error {
-                Some(error) => Err(error),
-                None => Ok(conclude_async(set, store, v, tally)),
-            })
-            .collect(),
-    )
-}
-
-/// [`pass`] against a store behind a round trip: one round trip for the whole request where the
-/// store decides a batch atomically, else one per applicable rule.
-#[cfg(feature = "redis")]
-async fn pass_async<S: AsyncStore>(
-    set: &RuleSet,
-    store: &S,
-    values: &[Option<&str>],
-    dry: bool,
-    now: Option<Nanos>,
-    cost: u64,
-) -> (Tally<S::Receipt>, Option<PolicyError>) {
-    if let Some(passed) = pass_batch(set, store, values, dry, now, cost).await {
-        return passed;
-    }
-    let mut tally: Tally<S::Receipt> = Tally::new();
-    for i in 0..set.rules.len() {
-        let mut buf = KeyBuf::new();
-        let Some(at) = rule_key(set, i, values, &mut buf) else {
-            continue;
-        };
-        let enforced = set.rules[i].enforced(dry);
-        let result = if tally.denying() {
-            store
-                .peek(&at, now, cost)
-                .await
-                .map(|d| d.map(|d| (d, None)))
-        } else {
-            store
-                .check(&at, now, cost)
-                .await
-                .map(|d| d.map(|(d, r)| (d, Some(r))))
-        };
-        if let Err(error) = tally.record(set, i, &at, enforced, cost, result, None) {
-            return (tally, Some(error));
-        }
-    }
-    (tally, None)
-}
-
-/// One request's rules in one atomic batch, when the store has one (`None` otherwise). The
-/// script writes only when every enforcing rule admits, so a denial needs no refund; an admitted
-/// request's admissions are listed (for a group that is refused later).
-#[cfg(feature = "redis")]
-async fn pass_batch<S: AsyncStore>(
-    set: &RuleSet,
-    store: &S,
-    values: &[Option<&str>],
-    dry: bool,
-    now: Option<Nanos>,
-    cost: u64,
-) -> Option<(Tally<S::Receipt>, Option<PolicyError>)>
-where
-    S::Receipt: Default,
-{
-    let mut keys: SmallVec<[(usize, KeyBuf); 8]> = SmallVec::new();
-    for i in 0..set.rules.len() {
-        let mut buf = KeyBuf::new();
-        if let Some(at) = rule_key(set, i, values, &mut buf) {
-            let key = KeyBuf::from_slice(at.key);
-            keys.push((i, key));
-        }
-    }
-    let rules: SmallVec<[(RuleKey<'_>, bool); 8]> = keys
-        .iter()
-        .filter_map(|(i, key)| {
-            let at = rule_key_of(set, *i, key, values)?;
-            Some((at, set.rules[*i].enforced(dry)))
-        })
-        .collect();
-    let mut tally: Tally<S::Receipt> = Tally::new();
-    let answers = match store.check_batch(&rules, now, cost).await? {
-        Ok(answers) => answers,
-        Err((i, error)) => {
-            let rule = &set.rules[rules[i].0.index];
-            let capacity = match error {
-                CheckError::CostExceedsCapacity { capacity, .. } => capacity,
-                _ => 0,
-            };
-            let error = PolicyError::CostExceedsCapacity {
-                rule: rule.name,
-                cost,
-                capacity,
-            };
-            return Some((tally, Some(error)));
-        }
-    };
-    let committed = rules
-        .iter()
-        .zip(&answers)
-        .all(|((_, enforced), answer)| !enforced || answer.is_none_or(|d| d.is_allowed()));
-    for ((at, enforced), answer) in rules.iter().zip(answers) {
-        let receipt = committed.then(S::Receipt::default);
-        let result = Ok(answer.map(|d| (d, receipt)));
-        if let Err(error) = tally.record(set, at.index, at, *enforced, cost, result, None) {
-            return Some((tally, Some(error)));
-        }
-    }
-    Some((tally, None))
-}
-
-/// Rule `i`'s [`RuleKey`] for key bytes built earlier.
-#[cfg(feature = "redis")]
-pub(crate) fn rule_key_of<'a>(
-    set: &RuleSet,
-    i: usize,
-    key: &'a [u8],
-    values: &[Option<&'a str>],
-) -> Option<RuleKey<'a>> {
-    let rule = &set.rules[i];
-    Some(RuleKey {
-        index: i,
-        rule: rule.name,
-        algorithm: rule.algorithm,
-        quota: rule.effective_for(key),
-        key,
-        composite: rule.key.len() > 1,
-        // Redis stores refuse priorities (validation).
-        reserve: 0,
-        tag: set.tag_of(i, values),
-    })
-}
-
-/// [`conclude`] for a store behind a round trip: `t` from the admission alone.
-#[cfg(feature = "redis")]
-fn conclude_async<S: AsyncStore>(
-    set: &RuleSet,
-    store: &S,
-    values: &[Option<&str>],
-    tally: &Tally<S::Receipt>,
-) -> Decided {
-    let finished = tally.finish();
-    let next = match finished {
-        (Some((i, _)), decision @ Decision::Allowed { .. }, _) => {
-            let mut buf = KeyBuf::new();
-            rule_key(set, i, values, &mut buf).and_then(|at| store.next_unit(&at, &decision))
-        }
-        _ => None,
-    };
-    answer(set, finished, tally.shadow_denied, next)
-}
-
-#[cfg(feature = "redis")]
-async fn refund_async<S: AsyncStore>(
-    set: &RuleSet,
-    store: &S,
-    values: &[Option<&str>],
-    admitted: &[(usize, S::Receipt)],
-    now: Option<Nanos>,
-    cost: u64,
-) {
-    for &(i, receipt) in admitted {
-        let mut buf = KeyBuf::new();
-        if let Some(at) = rule_key(set, i, values, &mut buf) {
-            store.refund(&at, now, cost, receipt).await;
         }
     }
 }

@@ -65,6 +65,8 @@ mod config_text;
 mod decision;
 mod descriptor_match;
 mod engine;
+#[cfg(feature = "redis")]
+mod engine_async;
 mod explain;
 pub mod inflight;
 mod inflight_rules;

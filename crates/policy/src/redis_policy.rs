@@ -14,7 +14,8 @@ use tollgate_redis::Connection;
 use crate::config::PolicyConfig;
 use crate::config_error::ConfigError;
 use crate::decision::{Descriptors, PolicyDecision, PolicyError};
-use crate::engine::{self, Decided};
+use crate::engine::Decided;
+use crate::engine_async;
 use crate::redis_store::{RedisSettings, RedisStore};
 use crate::rules::RuleSet;
 use crate::stats::PolicySnapshot;
@@ -233,7 +234,7 @@ impl RedisPolicy {
         let live = self.current.load_full();
         // Relaxed: a switch read by each decision; it publishes no other data.
         let dry = live.rules.dry_run || self.dry_run.load(Ordering::Relaxed);
-        engine::decide_all_async(&live.rules, &live.store, requests, dry, now).await
+        engine_async::decide_all_async(&live.rules, &live.store, requests, dry, now).await
     }
 
     async fn decide(
@@ -245,7 +246,7 @@ impl RedisPolicy {
         let live = self.current.load_full();
         // Relaxed: a switch read by each decision; it publishes no other data.
         let dry = live.rules.dry_run || self.dry_run.load(Ordering::Relaxed);
-        engine::decide_async(&live.rules, &live.store, descriptors, dry, now, cost).await
+        engine_async::decide_async(&live.rules, &live.store, descriptors, dry, now, cost).await
     }
 
     /// Replaces the rules with `config`'s: nothing changes unless the whole config is valid. A rule

@@ -10,12 +10,12 @@ use tollgate_redis::{Error, FaultPolicy, SettleKey, SettleOp};
 
 use crate::charge::Charged;
 use crate::decision::{Descriptors, PolicyDecision, PolicyError};
-use crate::engine;
 use crate::redis_policy::{RedisLive, RedisPolicy};
 use crate::redis_store::{Limiter, QuotaLimiter, RedisStore};
 use crate::settle::Settlement;
 use crate::store::{AsyncStore, BatchAnswer, RuleKey};
 use crate::sync::Ordering;
+use crate::{engine, engine_async};
 
 /// One rule's share of a reservation.
 #[derive(Clone, Debug)]
@@ -308,7 +308,8 @@ impl RedisPolicy {
             taken: Mutex::new(SmallVec::new()),
         };
         let (decision, next) =
-            engine::decide_async(&live.rules, &store, descriptors, dry, now, estimate).await?;
+            engine_async::decide_async(&live.rules, &store, descriptors, dry, now, estimate)
+                .await?;
         if !decision.is_allowed() {
             return Ok(RedisReserved {
                 decision,
@@ -451,7 +452,7 @@ impl RedisPolicy {
         let targets: SmallVec<[(RuleKey<'_>, &QuotaLimiter); 4]> = keys
             .iter()
             .filter_map(|(i, key)| {
-                let at = engine::rule_key_of(&live.rules, *i, key, &values)?;
+                let at = engine_async::rule_key_of(&live.rules, *i, key, &values)?;
                 let limiter = live.store.limiter(&at)?;
                 Some((at, limiter))
             })
