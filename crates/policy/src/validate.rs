@@ -70,16 +70,7 @@ impl PolicyConfig {
                     ConfigErrorKind::Capacity,
                 ));
             }
-            if let Some(capacity) = rule.capacity.filter(|&c| c > MAX_CAPACITY) {
-                return Err(ConfigError::new(
-                    name,
-                    "capacity",
-                    ConfigErrorKind::CapacityTooLarge {
-                        capacity,
-                        max: MAX_CAPACITY,
-                    },
-                ));
-            }
+            capacity_at_most_max(name, rule.capacity)?;
             if rule.storage == Storage::Striped && (keyed || algorithm != AlgorithmKind::Gcra) {
                 return Err(ConfigError::new(name, "storage", ConfigErrorKind::Storage));
             }
@@ -179,16 +170,7 @@ fn validate_concurrency(config: &PolicyConfig, in_process: bool) -> Result<(), C
                 ConfigErrorKind::Capacity,
             ));
         }
-        if let Some(capacity) = rule.capacity.filter(|&c| c > MAX_CAPACITY) {
-            return Err(ConfigError::new(
-                name,
-                "capacity",
-                ConfigErrorKind::CapacityTooLarge {
-                    capacity,
-                    max: MAX_CAPACITY,
-                },
-            ));
-        }
+        capacity_at_most_max(name, rule.capacity)?;
         rule.algorithm()?;
         if let Some(priority) = &rule.priority {
             crate::priority::validate(priority, Storage::Atomic, true)
@@ -295,4 +277,19 @@ fn check_algorithm(
         AlgorithmKind::SlidingWindow => SlidingWindow::from_quota(quota).map(drop),
     };
     result.map_err(|e| ConfigError::new(rule, field, ConfigErrorKind::Quota(e)))
+}
+
+/// A table's `capacity` no larger than [`MAX_CAPACITY`] (rate and concurrency rules alike).
+fn capacity_at_most_max(rule: Option<&str>, capacity: Option<usize>) -> Result<(), ConfigError> {
+    match capacity.filter(|&c| c > MAX_CAPACITY) {
+        Some(capacity) => Err(ConfigError::new(
+            rule,
+            "capacity",
+            ConfigErrorKind::CapacityTooLarge {
+                capacity,
+                max: MAX_CAPACITY,
+            },
+        )),
+        None => Ok(()),
+    }
 }
