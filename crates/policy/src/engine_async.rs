@@ -86,11 +86,36 @@ where
         return None;
     }
     let values: SmallVec<[_; 4]> = requests.iter().map(|(d, _)| set.resolve(d)).collect();
+    let tallies = batch(set, store, &values, dry, now, cost).await?.ok()?;
+    Some(
+        tallies
+            .iter()
+            .zip(&values)
+            .map(|(tally, v)| Ok(conclude_async(set, store, v, tally)))
+            .collect(),
+    )
+}
+
+/// Every rule of every request (`values`: each request's resolved descriptors) in one atomic
+/// batch, each request's outcomes in its own tally; `None` when the store has no batch or two
+/// requests share a rule and key. `Err((request, error))`: a cost a rule of that request can
+/// never admit (nothing was decided).
+async fn batch<'v, S: AsyncStore, V: AsRef<[Option<&'v str>]>>(
+    set: &RuleSet,
+    store: &S,
+    values: &[V],
+    dry: bool,
+    now: Option<Nanos>,
+    cost: u64,
+) -> Option<Result<SmallVec<[Tally<S::Receipt>; 4]>, (usize, PolicyError)>>
+where
+    S::Receipt: Default,
+{
     // (request, rule, key) for every rule that applies to each request.
     let mut keys: SmallVec<[(usize, usize, KeyBuf); 8]> = SmallVec::new();
     for (r, v) in values.iter().enumerate() {
-        each_rule_key(set, v, |at| {
-            keys.push((r, at.index, KeyBuf::from_slice(at.key)))
+        each_rule_key(set, v.as_ref(), |at| {
+            keys.push((r, at.index, KeyBuf::from_slice(at.key)));
         });
     }
     let shared = keys.iter().enumerate().any(|(a, (_, i, key))| {
@@ -104,36 +129,40 @@ where
     let rules: SmallVec<[(RuleKey<'_>, bool); 8]> = keys
         .iter()
         .filter_map(|(r, i, key)| {
-            let at = rule_key_of(set, *i, key, &values[*r])?;
+            let at = rule_key_of(set, *i, key, values[*r].as_ref())?;
             Some((at, set.rules[*i].enforced(dry)))
         })
         .collect();
-    let answers = store.check_batch(&rules, now, cost).await?.ok()?;
+    let answers = match store.check_batch(&rules, now, cost).await? {
+        Ok(answers) => answers,
+        Err((k, error)) => {
+            let capacity = match error {
+                CheckError::CostExceedsCapacity { capacity, .. } => capacity,
+                _ => 0,
+            };
+            let error = PolicyError::CostExceedsCapacity {
+                rule: set.rules[rules[k].0.index].name,
+                cost,
+                capacity,
+            };
+            return Some(Err((keys[k].0, error)));
+        }
+    };
     let committed = rules
         .iter()
         .zip(&answers)
         .all(|((_, enforced), answer)| !enforced || answer.is_none_or(|d| d.is_allowed()));
     let mut tallies: SmallVec<[Tally<S::Receipt>; 4]> =
-        requests.iter().map(|_| Tally::new()).collect();
-    let mut errors: SmallVec<[Option<PolicyError>; 4]> = requests.iter().map(|_| None).collect();
+        values.iter().map(|_| Tally::new()).collect();
     for (((at, enforced), answer), (r, _, _)) in rules.iter().zip(answers).zip(&keys) {
         let receipt = committed.then(S::Receipt::default);
         let result = Ok(answer.map(|d| (d, receipt)));
+        // An answer, not an error: recording it cannot fail.
         if let Err(error) = tallies[*r].record(set, at.index, at, *enforced, cost, result, None) {
-            errors[*r].get_or_insert(error);
+            return Some(Err((*r, error)));
         }
     }
-    Some(
-        tallies
-            .iter()
-            .zip(errors)
-            .zip(&values)
-            .map(|((tally, error), v)| match error {
-                Some(error) => Err(error),
-                None => Ok(conclude_async(set, store, v, tally)),
-            })
-            .collect(),
-    )
+    Some(Ok(tallies))
 }
 
 /// [`pass`] against a store behind a round trip: one round trip for the whole request where the
@@ -188,50 +217,10 @@ async fn pass_batch<S: AsyncStore>(
 where
     S::Receipt: Default,
 {
-    let mut keys: SmallVec<[(usize, KeyBuf); 8]> = SmallVec::new();
-    for i in 0..set.rules.len() {
-        let mut buf = KeyBuf::new();
-        if let Some(at) = rule_key(set, i, values, &mut buf) {
-            let key = KeyBuf::from_slice(at.key);
-            keys.push((i, key));
-        }
-    }
-    let rules: SmallVec<[(RuleKey<'_>, bool); 8]> = keys
-        .iter()
-        .filter_map(|(i, key)| {
-            let at = rule_key_of(set, *i, key, values)?;
-            Some((at, set.rules[*i].enforced(dry)))
-        })
-        .collect();
-    let mut tally: Tally<S::Receipt> = Tally::new();
-    let answers = match store.check_batch(&rules, now, cost).await? {
-        Ok(answers) => answers,
-        Err((i, error)) => {
-            let rule = &set.rules[rules[i].0.index];
-            let capacity = match error {
-                CheckError::CostExceedsCapacity { capacity, .. } => capacity,
-                _ => 0,
-            };
-            let error = PolicyError::CostExceedsCapacity {
-                rule: rule.name,
-                cost,
-                capacity,
-            };
-            return Some((tally, Some(error)));
-        }
-    };
-    let committed = rules
-        .iter()
-        .zip(&answers)
-        .all(|((_, enforced), answer)| !enforced || answer.is_none_or(|d| d.is_allowed()));
-    for ((at, enforced), answer) in rules.iter().zip(answers) {
-        let receipt = committed.then(S::Receipt::default);
-        let result = Ok(answer.map(|d| (d, receipt)));
-        if let Err(error) = tally.record(set, at.index, at, *enforced, cost, result, None) {
-            return Some((tally, Some(error)));
-        }
-    }
-    Some((tally, None))
+    Some(match batch(set, store, &[values], dry, now, cost).await? {
+        Ok(mut tallies) => (tallies.swap_remove(0), None),
+        Err((_, error)) => (Tally::new(), Some(error)),
+    })
 }
 
 /// Rule `i`'s [`RuleKey`] for key bytes built earlier.
