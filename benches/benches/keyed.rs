@@ -194,6 +194,12 @@ fn group(c: &mut Criterion, name: &str, keys: u64, ring: &[u64], promoted: bool)
             group.bench_with_input(id, &threads, |b, &t| {
                 b.iter_custom(|iters| run(t, iters, one_by_one(hot, ring)));
             });
+            // Whether the detector promoted the hot key by now (criterion reports only the time).
+            eprintln!(
+                "keyed/{name}/tollgate_promoted/{threads}: promoted keys {}, promotions {}",
+                hot.0.promoted_keys(),
+                hot.0.promotions()
+            );
         }
     }
     group.finish();
