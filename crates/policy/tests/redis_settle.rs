@@ -646,3 +646,45 @@ async fn charges_exactly_as_the_in_process_policy_in_one_round_trip() {
         "{allowed} {denied} {charged}"
     );
 }
+
+/// A decision of 0 units (what tollgate-server makes of an RLS descriptor's explicit
+/// `hits_addend` of 0) takes nothing on Redis as in process: admitted on a fresh or spent key,
+/// refused once the key is overdrawn, and nothing written.
+#[tokio::test]
+async fn a_decision_of_nothing_is_refused_only_when_overdrawn_as_in_process() {
+    let server = RedisServer::start();
+    let mut c = raw(&server).await;
+    let redis = policy(&server, MIXED);
+    let mut config = PolicyConfig::from_toml(MIXED).unwrap();
+    for rule in &mut config.rules {
+        rule.capacity = Some(64);
+    }
+    let local = Policy::with_clock(config, ManualClock::new()).unwrap();
+    let request = [("tenant", "z"), ("route", "/x")];
+    let now = NOW + 5_000_000;
+    for (step, charge) in [0u64, 20, 1].into_iter().enumerate() {
+        if charge > 0 {
+            local.charge_at(&request, now, charge);
+            redis.charge_at(&request, now, charge).await.unwrap();
+        }
+        let want = local.check_at(&request, now, 0).unwrap();
+        let (got, _) = redis.check_at(&request, now, 0).await.unwrap();
+        assert_eq!(got.is_allowed(), want.is_allowed(), "step {step}");
+        assert_eq!(got.rule, want.rule, "step {step}");
+        assert_eq!(
+            got.decision.remaining(),
+            want.decision.remaining(),
+            "step {step}"
+        );
+        if step == 0 {
+            assert!(got.is_allowed());
+            assert_eq!(
+                tat(&mut c, "test:bucket:gcra:z").await,
+                None,
+                "nothing written"
+            );
+        }
+    }
+    // Charged 21 against the bucket's 20: overdrawn, so the last decision of nothing was refused.
+    assert!(!local.check_at(&request, now, 0).unwrap().is_allowed());
+}

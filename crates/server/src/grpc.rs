@@ -65,8 +65,8 @@ impl RateLimitService for Rls {
                     .map(|e| (e.key.as_str(), e.value.as_str()))
                     .collect();
                 // A descriptor's own hits_addend wins over the request's, whose 0 (unset) means
-                // 1, as in Envoy. A descriptor's explicit 0 stays 0: a charge of nothing (a
-                // decision takes at least one unit).
+                // 1, as in Envoy. A descriptor's explicit 0 stays 0: a decision that takes nothing
+                // (refused only where a key is overdrawn), or a charge of nothing.
                 let cost = d.hits_addend.as_ref().map_or(hits.max(1), |h| h.value);
                 (entries, cost)
             })

@@ -4,7 +4,8 @@
 //! `POST /v1/check` takes
 //! `{"domain":"edge","descriptors":[{"entries":{"remote_address":"192.0.2.1"},"hits_addend":1}],"hits_addend":1}`
 //! (`hits_addend` optional at both levels; the request's 0 means 1, a descriptor's 0 is a decision
-//! of one unit or, in a charge ([`crate::charge`]), a charge of nothing) and answers `200` when every descriptor
+//! that takes nothing, refused only where a key is overdrawn, or, in a charge
+//! ([`crate::charge`]), a charge of nothing) and answers `200` when every descriptor
 //! is within its limits, `429` when any is over (a descriptor whose cost no rule can ever admit is
 //! `OVER_LIMIT` with `"cost_too_large":true` and adds no `Retry-After`), `404` for an unknown
 //! domain, `400` for a malformed request, `415` without a JSON `content-type` and `413` over
@@ -193,7 +194,7 @@ fn rejected(e: &axum::extract::rejection::JsonRejection) -> axum::response::Resp
 }
 
 /// Each descriptor's entries and cost (its own `hits_addend`, else `default`, whose 0 means 1; a
-/// descriptor's explicit 0 stays 0: a charge of nothing, a decision of one unit).
+/// descriptor's explicit 0 stays 0: a decision that takes nothing, or a charge of nothing).
 fn entries(descriptors: &[JsonDescriptor], default: u64) -> Vec<(Vec<(&str, &str)>, u64)> {
     descriptors
         .iter()

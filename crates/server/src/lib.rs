@@ -4,7 +4,8 @@
 //! tollgate-policy [`Policy`](tollgate_policy::Policy) per Envoy domain.
 //!
 //! * Each `RateLimitDescriptor` is one policy check (entries -> descriptors, cost = its
-//!   `hits_addend`, else the request's, 0 meaning 1; see [`request`] for what a call may carry). Every rule that applies to a descriptor is
+//!   `hits_addend`, else the request's, whose 0 means 1; a descriptor's explicit 0 decides without
+//!   taking anything; see [`request`] for what a call may carry). Every rule that applies to a descriptor is
 //!   decided as one; the descriptors of one call are decided as one too (a call over the limit
 //!   anywhere consumes nothing), or independently with `descriptors = "independent"`, at one
 //!   clock reading (see [`service::LiveDomains::check`]).

@@ -148,7 +148,7 @@ impl LiveDomains {
                 "explain needs an embedded domain; `{domain}` is on redis"
             )));
         };
-        let (verdict, why) = explained(dom, policy, entries, (*cost).max(1), policy.now());
+        let (verdict, why) = explained(dom, policy, entries, *cost, policy.now());
         Ok((answer(dom, vec![verdict]), why))
     }
 }
@@ -247,14 +247,15 @@ async fn on_redis(dom: &Domain, descriptors: &[(Vec<(&str, &str)>, u64)]) -> Ans
     answer(dom, statuses)
 }
 
-/// Each descriptor as a policy request: its entries and its cost (0 meaning 1: a decision always
-/// takes at least one unit).
+/// Each descriptor as a policy request: its entries and its cost. A cost of 0 (a descriptor's
+/// explicit `hits_addend` of 0; the request's 0 already means 1) is a decision that takes nothing:
+/// admitted unless a rule's key is overdrawn, as Envoy's reference service answers it.
 fn requests<'a>(
     descriptors: &'a [(Vec<(&'a str, &'a str)>, u64)],
 ) -> Vec<(&'a [(&'a str, &'a str)], u64)> {
     descriptors
         .iter()
-        .map(|(entries, cost)| (entries.as_slice(), (*cost).max(1)))
+        .map(|(entries, cost)| (entries.as_slice(), *cost))
         .collect()
 }
 
@@ -270,7 +271,7 @@ fn embedded(
     let now = policy.now();
     if let [(entries, cost)] = descriptors {
         if tracing::enabled!(target: EXPLAIN_TARGET, tracing::Level::DEBUG) {
-            let (verdict, why) = explained(dom, policy, entries, (*cost).max(1), now);
+            let (verdict, why) = explained(dom, policy, entries, *cost, now);
             tracing::debug!(target: EXPLAIN_TARGET, domain = name, descriptor = ?entries, "{why}");
             return answer(dom, vec![verdict]);
         }

@@ -1,7 +1,8 @@
 //! The response-path charge over the RLS, no Envoy needed: a descriptor carrying the entry
 //! `tollgate=charge` is charged its `hits_addend` (the marker taken out before matching) and
 //! answered `OK`; the tenant then waits out the debt. A charge and a check in one call are each
-//! handled as alone; an explicit `hits_addend` of 0 charges nothing; the reserved key with another
+//! handled as alone; an explicit `hits_addend` of 0 charges nothing, and decides without taking
+//! anything (refused only when overdrawn); the reserved key with another
 //! value is `INVALID_ARGUMENT`; explain and reserve refuse a charge; a Redis domain charges the
 //! shared state, so a second replica sees the debt.
 
@@ -154,14 +155,26 @@ async fn an_explicit_zero_charges_nothing_and_the_reserved_key_is_checked() {
         Some(999),
         "nothing was charged"
     );
-    // A decision still takes at least one unit, whatever its hits_addend.
-    let r = call(
-        &server,
-        request("llm", vec![with_hits(&[("tenant", "acme")], Some(0))], 0),
-    )
-    .await
-    .unwrap();
-    assert_eq!(r.statuses[0].limit_remaining, 998);
+    // A decision of 0 units (a descriptor's explicit hits_addend 0, as Envoy's AI gateways send on
+    // the request path) takes nothing: admitted unless the tenant is overdrawn.
+    let peek = |tenant: &str| request("llm", vec![with_hits(&[("tenant", tenant)], Some(0))], 0);
+    let r = call(&server, peek("acme")).await.unwrap();
+    assert_eq!(r.overall_code, Code::Ok as i32);
+    assert_eq!(r.statuses[0].limit_remaining, 999, "nothing taken");
+    call(&server, request("llm", vec![charge("debtor", 1_000)], 0))
+        .await
+        .unwrap();
+    let r = call(&server, peek("debtor")).await.unwrap();
+    assert_eq!(
+        r.overall_code,
+        Code::Ok as i32,
+        "spent to the unit, not overdrawn"
+    );
+    call(&server, request("llm", vec![charge("debtor", 1)], 0))
+        .await
+        .unwrap();
+    let r = call(&server, peek("debtor")).await.unwrap();
+    assert_eq!(r.overall_code, Code::OverLimit as i32, "overdrawn: refused");
 
     let bad = with_hits(&[("tenant", "acme"), ("tollgate", "yes")], Some(5));
     let status = call(&server, request("llm", vec![bad], 0))
@@ -175,7 +188,7 @@ async fn an_explicit_zero_charges_nothing_and_the_reserved_key_is_checked() {
     );
     assert_eq!(
         remaining(&server, "acme").await,
-        Some(997),
+        Some(998),
         "the bad call took nothing"
     );
 
@@ -190,7 +203,7 @@ async fn an_explicit_zero_charges_nothing_and_the_reserved_key_is_checked() {
     let body = r#"{"domain":"llm","descriptors":[{"entries":{"tenant":"acme","tollgate":"charge"},"hits_addend":97}]}"#;
     let (status, _, text) = server.http("POST", "/v1/check", body);
     assert_eq!(status, 200, "{text}");
-    assert_eq!(remaining(&server, "acme").await, Some(899));
+    assert_eq!(remaining(&server, "acme").await, Some(900));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
