@@ -45,6 +45,16 @@ fn policy(server: &RedisServer, toml: &str) -> RedisPolicy {
     RedisPolicy::new(config, conn(server), settings()).unwrap()
 }
 
+/// The same rules in process, on a manual clock (keyed rules with a table of 64 keys), to compare
+/// Redis's answers with.
+fn in_process(toml: &str) -> Policy<ManualClock> {
+    let mut config = PolicyConfig::from_toml(toml).unwrap();
+    for rule in &mut config.rules {
+        rule.capacity = Some(64);
+    }
+    Policy::with_clock(config, ManualClock::new()).unwrap()
+}
+
 /// The TAT stored under a GCRA key, in ns (`None`: no key).
 async fn tat(conn: &mut MultiplexedConnection, key: &str) -> Option<u64> {
     let raw: Option<String> = conn.get(key).await.unwrap();
@@ -199,11 +209,7 @@ const MIXED: &str = r#"
 async fn reserves_and_settles_exactly_as_the_in_process_policy() {
     let server = RedisServer::start();
     let redis = policy(&server, MIXED);
-    let mut config = PolicyConfig::from_toml(MIXED).unwrap();
-    for rule in &mut config.rules {
-        rule.capacity = Some(64);
-    }
-    let local = Policy::with_clock(config, ManualClock::new()).unwrap();
+    let local = in_process(MIXED);
     let mut rng = StdRng::seed_from_u64(2028);
     let tenants = ["a", "b"];
     let routes = ["/x", "/y"];
@@ -585,11 +591,7 @@ async fn charges_exactly_as_the_in_process_policy_in_one_round_trip() {
     let server = RedisServer::start();
     let mut c = raw(&server).await;
     let redis = policy(&server, MIXED);
-    let mut config = PolicyConfig::from_toml(MIXED).unwrap();
-    for rule in &mut config.rules {
-        rule.capacity = Some(64);
-    }
-    let local = Policy::with_clock(config, ManualClock::new()).unwrap();
+    let local = in_process(MIXED);
     let mut rng = StdRng::seed_from_u64(2029);
     let tenants = ["a", "b"];
     let routes = ["/x", "/y"];
@@ -655,11 +657,7 @@ async fn a_decision_of_nothing_is_refused_only_when_overdrawn_as_in_process() {
     let server = RedisServer::start();
     let mut c = raw(&server).await;
     let redis = policy(&server, MIXED);
-    let mut config = PolicyConfig::from_toml(MIXED).unwrap();
-    for rule in &mut config.rules {
-        rule.capacity = Some(64);
-    }
-    let local = Policy::with_clock(config, ManualClock::new()).unwrap();
+    let local = in_process(MIXED);
     let request = [("tenant", "z"), ("route", "/x")];
     let now = NOW + 5_000_000;
     for (step, charge) in [0u64, 20, 1].into_iter().enumerate() {
