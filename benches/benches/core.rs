@@ -11,7 +11,7 @@
 //!   reads a stepped clock of the same cost (a `Cell`).
 //! * `core/deny`: real clock, one per hour, exhausted first: every decision denies (load, no write).
 //! * `core/peek`: real clock, `peek(1)` (no write). governor has no peek.
-//! * `core/contended`: 1 and 2 threads sharing one limiter in allow mode (`iter_custom` + scoped
+//! * `core/contended`: 1 and 2 threads (`TOLLGATE_BENCH_THREADS` for more) sharing one limiter in allow mode (`iter_custom` + scoped
 //!   threads; each iteration is one decision per thread, so `Throughput::Elements(threads)` makes the
 //!   reported rate decisions per second across threads).
 //!
@@ -240,7 +240,7 @@ fn contention(c: &mut Criterion) {
         ("governor", &|| gov.check().is_ok()),
         ("ratelimit", &|| rl.try_wait().is_ok()),
     ];
-    for threads in [1usize, 2] {
+    for threads in tollgate_benches::thread_counts() {
         g.throughput(Throughput::Elements(threads as u64));
         for (name, decide) in cases {
             g.bench_with_input(BenchmarkId::new(name, threads), &threads, |b, &t| {

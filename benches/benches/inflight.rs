@@ -1,6 +1,6 @@
 //! In-flight permits against rate checks: what a concurrency limit costs beside a rate limit.
 //!
-//! Each group runs at 1 and 2 threads. One iteration per thread is one *request*: for a rate
+//! Each group runs at 1 and 2 threads (`TOLLGATE_BENCH_THREADS` for more). One iteration per thread is one *request*: for a rate
 //! limit, one decision; for an in-flight limit, a permit taken and dropped (two compare-and-swaps of
 //! the same word or slot). Criterion's `time / threads` is then the cost of one request. Every
 //! limit is high enough that nearly every request is admitted (the write path, the expensive one).
@@ -60,7 +60,7 @@ fn keyed(c: &mut Criterion) {
         drop(permits.try_acquire(&key, 1));
     }
     let mut group = c.benchmark_group("inflight/keyed");
-    for threads in [1, 2] {
+    for threads in tollgate_benches::thread_counts() {
         group.throughput(Throughput::Elements(threads as u64));
         group.bench_function(BenchmarkId::new("rate", threads), |b| {
             b.iter_custom(|iters| {
@@ -99,7 +99,7 @@ fn single(c: &mut Criterion) {
     let rate = GcraLimiter::new(Quota::per_second(RATE).unwrap()).unwrap();
     let permits = Arc::new(InFlightLimiter::new(IN_FLIGHT, HOLD).unwrap());
     let mut group = c.benchmark_group("inflight/single");
-    for threads in [1, 2] {
+    for threads in tollgate_benches::thread_counts() {
         group.throughput(Throughput::Elements(threads as u64));
         group.bench_function(BenchmarkId::new("rate", threads), |b| {
             b.iter_custom(|iters| {
@@ -152,7 +152,7 @@ fn policy(c: &mut Criterion) {
         Policy::new(PolicyConfig::from_toml(&format!("{rule}{concurrency}")).unwrap()).unwrap();
     let clients: Vec<String> = (0..KEYS).map(|k| format!("client-{k}")).collect();
     let mut group = c.benchmark_group("inflight/policy");
-    for threads in [1, 2] {
+    for threads in tollgate_benches::thread_counts() {
         group.throughput(Throughput::Elements(threads as u64));
         group.bench_function(BenchmarkId::new("check_rate", threads), |b| {
             b.iter_custom(|iters| {

@@ -3,7 +3,7 @@
 //!
 //! Groups: one hot key, 1 K keys, 1 M keys uniform, 1 M keys Zipf(1.0), and one hot key carrying
 //! half the traffic beside 1 M uniform cold keys (`hot_half_1m_cold`, the hot-key scenario of issue
-//! 30); each at 1 and 2 threads.
+//! 30); each at 1 and 2 threads (`TOLLGATE_BENCH_THREADS=1,2,4,8,16` for a many-core sweep).
 //! Each iteration is one decision per thread (`iter_custom` + scoped threads), so criterion's
 //! throughput is decisions per second and `time / threads` is the cost of one decision. Keys are drawn
 //! ahead of time into a ring that every thread walks from its own offset; both limiters read their
@@ -177,7 +177,7 @@ fn group(c: &mut Criterion, name: &str, keys: u64, ring: &[u64], promoted: bool)
         }
     }
     let mut group = c.benchmark_group(format!("keyed/{name}"));
-    for threads in [1usize, 2] {
+    for threads in tollgate_benches::thread_counts() {
         group.throughput(Throughput::Elements(threads as u64));
         group.bench_with_input(BenchmarkId::new("tollgate", threads), &threads, |b, &t| {
             b.iter_custom(|iters| run(t, iters, one_by_one(&ours, ring)));

@@ -12,6 +12,13 @@
 //!   facade, no recorder installed) and `metrics = false`. Before criterion's two rows, both
 //!   policies are timed in alternating rounds in one process and the median per-round difference is
 //!   printed (`policy/metrics/interleaved`): the figure to read, since separate runs drift more.
+//! * `policy/threads`: the same 3-rule decision on 1 and 2 threads at once (`TOLLGATE_BENCH_THREADS`
+//!   for a many-core sweep) sharing one policy, beside governor doing the same three limits by hand:
+//!   three checks in a row (a keyed limiter per IP, one per API key without the tier override, one
+//!   direct limiter as the global cap). Governor's three checks are not atomic (a request refused by
+//!   a later check has spent the earlier ones; the policy spends nothing on a refusal), so the row is
+//!   what the same gateway costs with governor, not the same guarantee. Each iteration is one
+//!   decision per thread, so criterion's throughput is decisions per second across threads.
 //! * `policy/reload`: a second thread decides in a loop on the 3-rule policy while this one reloads it
 //!   (alternating the global cap and an override's quota); each iteration is one `reload` call.
 //!   The deciding thread's count of failed decisions is printed (it must be 0).
@@ -19,12 +26,14 @@
 //! Run: `cargo bench -p tollgate-benches --bench policy -- --warm-up-time 1 --measurement-time 3`
 
 use std::hint::black_box;
+use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use governor::{DefaultDirectRateLimiter, DefaultKeyedRateLimiter, RateLimiter};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use tollgate_core::{Gcra, Quota};
@@ -294,5 +303,86 @@ fn reload(c: &mut Criterion) {
     );
 }
 
-criterion_group!(benches, decision, metrics, reload);
+/// Governor with the 3-rule policy's limits, checked one after another (see `policy/threads`).
+struct GovernorThree {
+    per_ip: DefaultKeyedRateLimiter<String>,
+    per_api_key: DefaultKeyedRateLimiter<String>,
+    global: DefaultDirectRateLimiter,
+}
+
+impl GovernorThree {
+    fn new() -> Self {
+        let keyed = || {
+            let quota =
+                governor::Quota::per_second(NonZeroU32::new(100_000_000).expect("non-zero"))
+                    .allow_burst(NonZeroU32::new(1_000).expect("non-zero"));
+            RateLimiter::keyed(quota)
+        };
+        let global = governor::Quota::per_second(NonZeroU32::new(1_000_000_000).expect("non-zero"));
+        GovernorThree {
+            per_ip: keyed(),
+            per_api_key: keyed(),
+            global: RateLimiter::direct(global),
+        }
+    }
+
+    #[inline]
+    fn check(&self, ip: &String, api_key: &String) -> bool {
+        self.per_ip.check_key(ip).is_ok()
+            && self.per_api_key.check_key(api_key).is_ok()
+            && self.global.check().is_ok()
+    }
+}
+
+/// Runs `work(start, iters)` on each of `threads` threads, each from its own ring offset; wall time.
+fn run(threads: usize, iters: u64, work: impl Fn(usize, u64) + Sync) -> Duration {
+    let work = &work;
+    thread::scope(|scope| {
+        let start = Instant::now();
+        for t in 0..threads {
+            scope.spawn(move || work(t * (RING / threads) + t * 7_919, iters));
+        }
+        // The scope joins every thread before returning.
+        start
+    })
+    .elapsed()
+}
+
+fn threads(c: &mut Criterion) {
+    let requests = Requests::new(1_000_000);
+    let policy = Policy::new(config(1_000_000, 1_000_000_000, 200_000_000, true)).expect("valid");
+    requests.fill(&policy);
+    let theirs = GovernorThree::new();
+    for i in 0..requests.ips.len() {
+        black_box(theirs.check(&requests.ips[i], &requests.keys[i % API_KEYS]));
+    }
+    let mut group = c.benchmark_group("policy/threads");
+    for threads in tollgate_benches::thread_counts() {
+        group.throughput(Throughput::Elements(threads as u64));
+        let id = BenchmarkId::new("policy_three_rules", threads);
+        group.bench_with_input(id, &threads, |b, &t| {
+            b.iter_custom(|iters| {
+                run(t, iters, |start, iters| {
+                    for i in start..start + iters as usize {
+                        black_box(policy.check(&requests.descriptors(i), 1).ok());
+                    }
+                })
+            })
+        });
+        let id = BenchmarkId::new("governor_three_checks", threads);
+        group.bench_with_input(id, &threads, |b, &t| {
+            b.iter_custom(|iters| {
+                run(t, iters, |start, iters| {
+                    for i in start..start + iters as usize {
+                        let ip = requests.ring[i & (RING - 1)] as usize;
+                        black_box(theirs.check(&requests.ips[ip], &requests.keys[ip % API_KEYS]));
+                    }
+                })
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, decision, metrics, threads, reload);
 criterion_main!(benches);
