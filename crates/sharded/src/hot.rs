@@ -151,7 +151,7 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     ) -> Option<Result<Decision, CheckError>> {
         let limiter = &promoted.limiter;
         let cool_after = self.hot.as_deref().map_or(0, |hot| hot.config.cool_after);
-        if limiter.shared_tat().saturating_add(cool_after) <= now
+        if limiter.is_idle_at(now, cool_after)
             && let Some(_guard) = try_lock(&self.stripes[index / self.slots_per_stripe].insert)
         {
             // Cooled (bucket full): carried back exactly (module docs).

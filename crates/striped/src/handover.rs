@@ -2,13 +2,15 @@
 //! quota, a hot key's demotion): read it ([`shared_tat`](StripedLimiter::shared_tat)), stop the
 //! old limiter granting ([`retire`](StripedLimiter::retire)), start the new one there
 //! ([`with_shared_tat`](StripedLimiter::with_shared_tat),
-//! [`raise_shared_tat`](StripedLimiter::raise_shared_tat)).
+//! [`raise_shared_tat`](StripedLimiter::raise_shared_tat)); and when to, once the quota has been
+//! idle ([`is_idle_at`](StripedLimiter::is_idle_at)).
 
 use crossbeam_utils::CachePadded;
 use tollgate_core::{Clock, Nanos};
 
 use crate::limiter::StripedLimiter;
 use crate::shared::Shared;
+use crate::sync::Ordering;
 
 impl<C: Clock> StripedLimiter<C> {
     /// This (fresh) limiter with its shared GCRA word set to `tat`: how a reconfigured limiter takes
@@ -62,5 +64,39 @@ impl<C: Clock> StripedLimiter<C> {
     /// continues the same timeline (the policy engine's reload of a striped rule does this).
     pub fn shared_tat(&self) -> Nanos {
         self.shared.load()
+    }
+
+    /// Whether the quota's bucket has been full for at least `idle` at `now`: the shared TAT is at
+    /// or before `now − idle` (the test a keyed table's promoted key cools by).
+    ///
+    /// Cheap while the limiter is busy: when the calling thread's stripe holds a lease ending after
+    /// `now − idle`, the answer is `false` without reading the shared word, whose cache line every
+    /// lease writes (a lease ends at or before the shared TAT). A refund or give-back that lowered
+    /// the shared TAT below that lease's end can make the answer `false` where the shared word alone
+    /// would say `true`, until this stripe's next lease: the hint delays the answer, never
+    /// advances it.
+    ///
+    /// ```
+    /// use tollgate_core::{Limiter, ManualClock, Quota};
+    /// use tollgate_striped::StripedLimiter;
+    ///
+    /// let limiter = StripedLimiter::with_clock(Quota::per_second(10)?, ManualClock::new())?;
+    /// assert!(limiter.check_at(1_000_000_000, 1)?.is_allowed());
+    /// // The unit is back 100 ms later; the bucket has been full since then.
+    /// assert!(!limiter.is_idle_at(1_050_000_000, 0));
+    /// assert!(limiter.is_idle_at(1_300_000_000, 200_000_000));
+    /// assert!(!limiter.is_idle_at(1_300_000_000, 250_000_000));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn is_idle_at(&self, now: Nanos, idle: Nanos) -> bool {
+        let Some(since) = now.checked_sub(idle) else {
+            return false;
+        };
+        // Relaxed: a hint; an earlier end than the latest only sends us to the shared word, which
+        // answers exactly, and a later one is a lease that did end after `since`.
+        let end = self.stripes[self.current_stripe()]
+            .end
+            .load(Ordering::Relaxed);
+        end <= since && self.shared.load() <= since
     }
 }

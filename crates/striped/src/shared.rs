@@ -1,6 +1,7 @@
 //! [`Shared`]: the one GCRA word every stripe takes its leases from, and the switch of the alone
 //! path (plain GCRA on that word while one thread decides alone).
 
+use crossbeam_utils::CachePadded;
 use tollgate_core::{AtomicState, Nanos};
 
 use crate::sync::{AtomicBool, Ordering};
@@ -9,7 +10,12 @@ use crate::sync::{AtomicBool, Ordering};
 /// which the limiter returns to the alone path (crate docs, "One thread alone").
 pub(crate) const ALONE_AFTER: u64 = 4;
 
-/// The shared GCRA word and the alone flag, on one cache line: the alone path reads both.
+/// The shared GCRA word and the alone flag, each on its own cache line. Every decision reads the
+/// flag and every lease writes the word: beside the word, the flag's line would move between cores
+/// on every decision of a limiter whose leases are small (a hot key's, whose burst is split over 16
+/// stripes), where on its own it stays in every reader's cache (it changes only when the limiter
+/// goes alone or stops being alone). The alone path reads both lines, which only its one thread
+/// then writes.
 #[derive(Debug)]
 pub(crate) struct Shared {
     /// The shared TAT (all `Relaxed`: see [`AtomicState`]).
@@ -17,14 +23,14 @@ pub(crate) struct Shared {
     /// Whether threads decide on `tat` directly (the alone path). A hint only: every decision is
     /// exact on either path, so a stale read costs speed, never a unit (crate docs, "One thread
     /// alone").
-    pub(crate) alone: AtomicBool,
+    pub(crate) alone: CachePadded<AtomicBool>,
 }
 
 impl Shared {
     pub(crate) fn new(tat: Nanos, alone: bool) -> Self {
         Shared {
             tat: AtomicState::new(tat),
-            alone: AtomicBool::new(alone),
+            alone: CachePadded::new(AtomicBool::new(alone)),
         }
     }
 
@@ -47,7 +53,10 @@ impl Shared {
     /// Another thread wrote the shared word under us: leave the alone path.
     #[cold]
     pub(crate) fn contended(&self) {
-        // Relaxed: a hint that publishes nothing (see `alone`).
-        self.alone.store(false, Ordering::Relaxed);
+        // Relaxed: a hint that publishes nothing (see `alone`). Written only when set, so that
+        // failed exchanges among leasing threads do not keep taking the flag's line from readers.
+        if self.alone.load(Ordering::Relaxed) {
+            self.alone.store(false, Ordering::Relaxed);
+        }
     }
 }

@@ -473,3 +473,34 @@ fn one_thread_alone_takes_no_lease_and_contention_sends_it_to_the_stripes() {
     let l = StripedLimiter::with_config(quota, config, ManualClock::new()).unwrap();
     assert!(!l.is_alone());
 }
+
+#[test]
+fn is_idle_at_answers_from_the_callers_lease_and_never_before_the_shared_word() {
+    let quota = Quota::per_second(10).unwrap().with_burst(8).unwrap();
+    let config = StripedConfig::default()
+        .stripes(2)
+        .lease(LeaseSize::Fixed(4))
+        .always_lease(true);
+    let l = StripedLimiter::with_config(quota, config, ManualClock::new()).unwrap();
+    let now = 100 * T;
+    // A lease of 4 on the calling thread's stripe: [now, now + 4T), the shared TAT its end.
+    assert!(l.check_at(now, 1).unwrap().is_allowed());
+    assert_eq!(l.shared_tat(), now + 4 * T);
+    // Busy: the lease ends after `now − idle`.
+    assert!(!l.is_idle_at(now + 4 * T, 1));
+    // Idle exactly when the shared TAT is at `now − idle`, not a nanosecond before.
+    assert!(!l.is_idle_at(now + 9 * T - 1, 5 * T));
+    assert!(l.is_idle_at(now + 9 * T, 5 * T));
+    // Another stripe's lease moves the shared TAT past this stripe's lease: the shared word answers.
+    let other = 1 - l.current_stripe();
+    assert!(
+        l.check_on_stripe(other, now + 9 * T, 1)
+            .unwrap()
+            .is_allowed()
+    );
+    assert_eq!(l.shared_tat(), now + 13 * T);
+    assert!(!l.is_idle_at(now + 13 * T - 1, 0));
+    assert!(l.is_idle_at(now + 13 * T, 0));
+    // Not idle for longer than time has run.
+    assert!(!l.is_idle_at(T, 2 * T));
+}
