@@ -86,7 +86,8 @@
 //! A limiter used by one thread at a time gains nothing from leases. It starts on the *alone path*:
 //! `check_at` decides with plain GCRA on the shared word (the same CAS loop and transition as
 //! [`tollgate_core::GcraLimiter`], so its decisions are that limiter's, exactly), after one `Relaxed`
-//! load of a flag on the shared word's cache line. The limiter knows it is alone for free: a
+//! load of a flag on a cache line of its own (beside the shared word it would move between cores
+//! with every lease). The limiter knows it is alone for free: a
 //! compare-and-swap on the shared word fails only when another thread wrote the word between our read
 //! and our CAS; the first such failure clears the flag and every thread goes to its stripe from its
 //! next decision. Conversely, a stripe that takes four leases in a row with
