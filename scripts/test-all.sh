@@ -90,9 +90,9 @@ if cargo tree -p tollgate --no-default-features --features http -e normal --pref
   exit 1
 fi
 
-step "the facade's docs: the guides' code blocks as doctests with every feature, and a docs build that fails on a warning"
+step "the docs: the guides' code blocks as doctests with every feature, and every crate's docs built failing on a warning (a broken or private link)"
 cargo test -p tollgate --doc --all-features --locked
-RUSTDOCFLAGS="${RUSTDOCFLAGS:-} -D warnings" cargo doc -p tollgate --all-features --no-deps --locked
+RUSTDOCFLAGS="${RUSTDOCFLAGS:-} -D warnings" cargo doc --workspace --all-features --no-deps --locked
 
 step "every example runs (scripts/run-examples.sh)"
 scripts/run-examples.sh

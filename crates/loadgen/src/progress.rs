@@ -16,7 +16,7 @@ pub enum Progress {
         /// Planned milliseconds per run.
         run_ms: f64,
     },
-    /// Not a terminal: a line per run on stderr, [`line`].
+    /// Not a terminal: a line per run on stderr, [`line()`].
     Lines {
         /// Runs in the whole plan (every repetition).
         total: usize,

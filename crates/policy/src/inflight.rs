@@ -61,7 +61,7 @@
 //!   requests cannot hold every permit; the lowest class sheds first. Shares are of `limit`.
 //! * Stuck holders, flooding keys, bad limits: as [`tollgate_sharded::KeyedInFlight`] (a global
 //!   rule is a one-key table).
-//! * In process only: a [`RedisPolicy`](crate::RedisPolicy) refuses concurrency rules
+//! * In process only: a `RedisPolicy` (feature `redis`) refuses concurrency rules
 //!   ([`ConfigErrorKind::ConcurrencyUnsupported`](crate::ConfigErrorKind::ConcurrencyUnsupported)),
 //!   and so does tollgate-server's Envoy RLS, which never sees a request end.
 

@@ -32,9 +32,11 @@
 //! # One engine, several stores
 //! The config compiles to a rule set that holds no state (matching, keys, quotas, tiers, delay);
 //! one decision (`engine.rs`) runs it against a store: the in-process limiters of a [`Policy`], or
-//! a shared Redis for a [`RedisPolicy`] (feature `redis`: every replica pointing at the same Redis
+//! a shared Redis for a `RedisPolicy` (feature `redis`: every replica pointing at the same Redis
 //! shares each rule's quota). The semantics above hold on both, the refund of a denied request
-//! included; on Redis each rule is one round trip, in config order.
+//! included; on one Redis node every rule of a request is one script call (one round trip; on a
+//! Redis Cluster one per hash-slot group, see `RedisPolicy`), and in lease mode rule by rule, each
+//! on its local lease.
 //!
 //! # Failure policy
 //! A request missing a rule's descriptor is not limited by that rule (fails open *for that rule*).

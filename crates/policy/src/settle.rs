@@ -199,7 +199,7 @@ impl Reservation {
     }
 
     /// Brings every rule that took the estimate to `actual` units at `now`: gives the surplus back
-    /// or charges the difference (see the [module docs](self)). Consumes the reservation: a second
+    /// or charges the difference (see [`Reservation`]). Consumes the reservation: a second
     /// settlement cannot be written.
     pub fn settle_at(self, now: Nanos, actual: u64) -> Settlement {
         let store = &self.live.store;

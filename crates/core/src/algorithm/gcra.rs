@@ -124,7 +124,7 @@ impl Timeline {
     }
 
     /// `max(tat, now) + cost × T`, saturating at the end of the clock's range: `cost` units counted
-    /// at `now` with no depth check (see [`Algorithm::charge`](crate::Algorithm::charge)). `None` for
+    /// at `now` with no depth check (see [`Algorithm::charge`]). `None` for
     /// a cost of 0. A TAT beyond `now + D` is debt: the next unit fits at `TAT + T − D`.
     #[inline]
     pub fn charge(&self, tat: Nanos, now: Nanos, cost: u64) -> Option<Nanos> {
