@@ -24,3 +24,35 @@ pub fn thread_counts() -> Vec<usize> {
         })
         .collect()
 }
+
+/// Runs `work(start, iters)` on `threads` threads at once and returns the wall time until the last
+/// is done: the contended groups' iteration (one decision per thread each, so criterion's
+/// throughput with `Throughput::Elements(threads)` is decisions per second). Thread `t` starts at
+/// `t × stride + t × 7 919`: its own offset into a ring of keys drawn ahead (the prime keeps threads
+/// apart when `stride` is 0).
+///
+/// ```
+/// use std::sync::atomic::{AtomicU64, Ordering};
+/// let done = AtomicU64::new(0);
+/// tollgate_benches::on_threads(4, 100, 10, |_, iters| {
+///     done.fetch_add(iters, Ordering::Relaxed);
+/// });
+/// assert_eq!(done.into_inner(), 40);
+/// ```
+pub fn on_threads(
+    threads: usize,
+    stride: usize,
+    iters: u64,
+    work: impl Fn(usize, u64) + Sync,
+) -> std::time::Duration {
+    let work = &work;
+    std::thread::scope(|scope| {
+        let start = std::time::Instant::now();
+        for t in 0..threads {
+            scope.spawn(move || work(t * stride + t * 7_919, iters));
+        }
+        // The scope joins every thread before returning.
+        start
+    })
+    .elapsed()
+}

@@ -22,10 +22,10 @@
 
 use std::hint::black_box;
 use std::sync::Arc;
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use tollgate_benches::on_threads;
 use tollgate_core::{Gcra, GcraLimiter, InFlightLimiter, Limiter, Quota};
 use tollgate_policy::{Policy, PolicyConfig};
 use tollgate_sharded::{KeyedInFlight, KeyedLimiter};
@@ -36,19 +36,6 @@ const RATE: u64 = 1_000_000_000;
 /// Each thread holds at most one permit at a time; this leaves room for all.
 const IN_FLIGHT: u64 = 1_000;
 const HOLD: Duration = Duration::from_secs(60);
-
-/// Runs `work(thread, iters)` on `threads` threads at once; wall time.
-fn run(threads: usize, iters: u64, work: impl Fn(u64, u64) + Sync) -> Duration {
-    let work = &work;
-    thread::scope(|scope| {
-        let start = Instant::now();
-        for t in 0..threads as u64 {
-            scope.spawn(move || work(t * 7_919, iters));
-        }
-        start
-    })
-    .elapsed()
-}
 
 fn keyed(c: &mut Criterion) {
     let rate: KeyedLimiter<u64, Gcra> =
@@ -64,7 +51,8 @@ fn keyed(c: &mut Criterion) {
         group.throughput(Throughput::Elements(threads as u64));
         group.bench_function(BenchmarkId::new("rate", threads), |b| {
             b.iter_custom(|iters| {
-                run(threads, iters, |start, iters| {
+                on_threads(threads, 0, iters, |start, iters| {
+                    let start = start as u64;
                     for i in start..start + iters {
                         black_box(rate.check_key(&(i % KEYS), 1).is_ok());
                     }
@@ -73,7 +61,8 @@ fn keyed(c: &mut Criterion) {
         });
         group.bench_function(BenchmarkId::new("in_flight", threads), |b| {
             b.iter_custom(|iters| {
-                run(threads, iters, |start, iters| {
+                on_threads(threads, 0, iters, |start, iters| {
+                    let start = start as u64;
                     for i in start..start + iters {
                         // Taken and dropped at once: a take and a release.
                         black_box(permits.try_acquire(&(i % KEYS), 1).is_ok());
@@ -83,7 +72,8 @@ fn keyed(c: &mut Criterion) {
         });
         group.bench_function(BenchmarkId::new("in_flight_scoped", threads), |b| {
             b.iter_custom(|iters| {
-                run(threads, iters, |start, iters| {
+                on_threads(threads, 0, iters, |start, iters| {
+                    let start = start as u64;
                     for i in start..start + iters {
                         // The same, the permit borrowing the table (no shared reference count).
                         black_box(permits.try_acquire_scoped(&(i % KEYS), 1).is_ok());
@@ -103,7 +93,7 @@ fn single(c: &mut Criterion) {
         group.throughput(Throughput::Elements(threads as u64));
         group.bench_function(BenchmarkId::new("rate", threads), |b| {
             b.iter_custom(|iters| {
-                run(threads, iters, |_, iters| {
+                on_threads(threads, 0, iters, |_, iters| {
                     for _ in 0..iters {
                         black_box(rate.check().is_allowed());
                     }
@@ -112,7 +102,7 @@ fn single(c: &mut Criterion) {
         });
         group.bench_function(BenchmarkId::new("in_flight", threads), |b| {
             b.iter_custom(|iters| {
-                run(threads, iters, |_, iters| {
+                on_threads(threads, 0, iters, |_, iters| {
                     for _ in 0..iters {
                         black_box(permits.try_acquire(1).is_ok());
                     }
@@ -156,7 +146,8 @@ fn policy(c: &mut Criterion) {
         group.throughput(Throughput::Elements(threads as u64));
         group.bench_function(BenchmarkId::new("check_rate", threads), |b| {
             b.iter_custom(|iters| {
-                run(threads, iters, |start, iters| {
+                on_threads(threads, 0, iters, |start, iters| {
+                    let start = start as u64;
                     for i in start..start + iters {
                         let client = clients[(i % KEYS) as usize].as_str();
                         black_box(rate_only.check(&[("client", client)], 1).is_ok());
@@ -166,7 +157,8 @@ fn policy(c: &mut Criterion) {
         });
         group.bench_function(BenchmarkId::new("admit_rate_and_in_flight", threads), |b| {
             b.iter_custom(|iters| {
-                run(threads, iters, |start, iters| {
+                on_threads(threads, 0, iters, |start, iters| {
+                    let start = start as u64;
                     for i in start..start + iters {
                         let client = clients[(i % KEYS) as usize].as_str();
                         black_box(both.admit(&[("client", client)], 1).is_ok());

@@ -23,14 +23,14 @@
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use governor::{DefaultKeyedRateLimiter, RateLimiter};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, Zipf};
+use tollgate_benches::on_threads;
 use tollgate_core::{Gcra, Quota};
 use tollgate_sharded::{HotKeyConfig, KeyedLimiter};
 
@@ -129,20 +129,6 @@ fn zipf_ring(keys: u64) -> Vec<u64> {
         .collect()
 }
 
-/// Runs `work(start, iters)` on each of `threads` threads, each from its own ring offset; wall time.
-fn run(threads: usize, iters: u64, work: impl Fn(usize, u64) + Sync) -> Duration {
-    let work = &work;
-    thread::scope(|scope| {
-        let start = Instant::now();
-        for t in 0..threads {
-            scope.spawn(move || work(t * (RING / threads.max(1)) + t * 7_919, iters));
-        }
-        // The scope joins every thread before returning.
-        start
-    })
-    .elapsed()
-}
-
 /// One `decide` per key, walking `ring` from `start`.
 fn one_by_one<'a, L: Keyed>(limiter: &'a L, ring: &'a [u64]) -> impl Fn(usize, u64) + Sync + 'a {
     move |start, iters| {
@@ -180,19 +166,19 @@ fn group(c: &mut Criterion, name: &str, keys: u64, ring: &[u64], promoted: bool)
     for threads in tollgate_benches::thread_counts() {
         group.throughput(Throughput::Elements(threads as u64));
         group.bench_with_input(BenchmarkId::new("tollgate", threads), &threads, |b, &t| {
-            b.iter_custom(|iters| run(t, iters, one_by_one(&ours, ring)));
+            b.iter_custom(|iters| on_threads(t, RING / t, iters, one_by_one(&ours, ring)));
         });
         group.bench_with_input(BenchmarkId::new("governor", threads), &threads, |b, &t| {
-            b.iter_custom(|iters| run(t, iters, one_by_one(&theirs, ring)));
+            b.iter_custom(|iters| on_threads(t, RING / t, iters, one_by_one(&theirs, ring)));
         });
         let id = BenchmarkId::new("tollgate_check_keys", threads);
         group.bench_with_input(id, &threads, |b, &t| {
-            b.iter_custom(|iters| run(t, iters, streamed(&ours, ring)));
+            b.iter_custom(|iters| on_threads(t, RING / t, iters, streamed(&ours, ring)));
         });
         if let Some(hot) = &hot {
             let id = BenchmarkId::new("tollgate_promoted", threads);
             group.bench_with_input(id, &threads, |b, &t| {
-                b.iter_custom(|iters| run(t, iters, one_by_one(hot, ring)));
+                b.iter_custom(|iters| on_threads(t, RING / t, iters, one_by_one(hot, ring)));
             });
             // Whether the detector promoted the hot key by now (criterion reports only the time).
             eprintln!(

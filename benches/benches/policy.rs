@@ -36,6 +36,7 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use governor::{DefaultDirectRateLimiter, DefaultKeyedRateLimiter, RateLimiter};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+use tollgate_benches::on_threads;
 use tollgate_core::{Gcra, Quota};
 use tollgate_policy::{Policy, PolicyConfig};
 use tollgate_sharded::KeyedLimiter;
@@ -334,20 +335,6 @@ impl GovernorThree {
     }
 }
 
-/// Runs `work(start, iters)` on each of `threads` threads, each from its own ring offset; wall time.
-fn run(threads: usize, iters: u64, work: impl Fn(usize, u64) + Sync) -> Duration {
-    let work = &work;
-    thread::scope(|scope| {
-        let start = Instant::now();
-        for t in 0..threads {
-            scope.spawn(move || work(t * (RING / threads) + t * 7_919, iters));
-        }
-        // The scope joins every thread before returning.
-        start
-    })
-    .elapsed()
-}
-
 fn threads(c: &mut Criterion) {
     let requests = Requests::new(1_000_000);
     let policy = Policy::new(config(1_000_000, 1_000_000_000, 200_000_000, true)).expect("valid");
@@ -362,7 +349,7 @@ fn threads(c: &mut Criterion) {
         let id = BenchmarkId::new("policy_three_rules", threads);
         group.bench_with_input(id, &threads, |b, &t| {
             b.iter_custom(|iters| {
-                run(t, iters, |start, iters| {
+                on_threads(t, RING / t, iters, |start, iters| {
                     for i in start..start + iters as usize {
                         black_box(policy.check(&requests.descriptors(i), 1).ok());
                     }
@@ -372,7 +359,7 @@ fn threads(c: &mut Criterion) {
         let id = BenchmarkId::new("governor_three_checks", threads);
         group.bench_with_input(id, &threads, |b, &t| {
             b.iter_custom(|iters| {
-                run(t, iters, |start, iters| {
+                on_threads(t, RING / t, iters, |start, iters| {
                     for i in start..start + iters as usize {
                         let ip = requests.ring[i & (RING - 1)] as usize;
                         black_box(theirs.check(&requests.ips[ip], &requests.keys[ip % API_KEYS]));
