@@ -14,9 +14,10 @@
 //! promoted by the thread that counted the last one, if it gets the stripe lock at once
 //! (`try_lock`: detection is a hint, never waited for). Admissions that succeed and denials (which
 //! write nothing) do no extra work. A promoted key's slot holds a *marker* state (two top bits set,
-//! the entry number below); a decision reads it as GCRA does any state (a TAT 2⁶² ns ahead: a
-//! denial, no write) and only on a denial tests for the marker, so the admission path of every
-//! other key is unchanged. [`KeyedLimiter::promote_key`] promotes by hand.
+//! the entry number below). In a table with promotion on, a decision tests the word it scanned for
+//! the marker (two bits, before any GCRA work) and goes straight to the entry; a word the CAS loop
+//! re-reads is decided as GCRA decides any state (a marker is a TAT 2⁶² ns ahead: a denial, no
+//! write) and tested only on a denial. A table without promotion never tests. [`KeyedLimiter::promote_key`] promotes by hand.
 //!
 //! # Why a promoted key never admits more than the plain key would
 //! Write `T` for the key's emission interval and `D` for its bucket depth. Plain GCRA on the slot is

@@ -177,6 +177,14 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         cost: u64,
         reserve: impl Headroom,
     ) -> Option<Result<Decision, CheckError>> {
+        // A promoted key's marker, seen in the word we scanned, goes to its leased limiter at once
+        // rather than through a GCRA denial on the marker first (`hot.rs`). Tested only where
+        // promotion is on: a window algorithm's state may have the top bits set.
+        if self.hot.is_some()
+            && let Some(promoted) = self.promoted(index, current)
+        {
+            return self.decide_promoted(promoted, index, current, now, cost, reserve.units());
+        }
         let hash_part = current.hash_part();
         let outcome = cas_loop(
             current,
@@ -204,8 +212,9 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
             },
         );
         match outcome {
-            // Only a denial can be a promoted key's marker (`hot.rs`): an admission pays one test of
-            // the decision's variant, a denial also a test of two bits of the word it read.
+            // A word re-read by the loop may have become a marker (a promotion racing us): only a
+            // denial can be one (`hot.rs`), so an admission pays one test of the decision's variant,
+            // a denial also a test of two bits of the word it read.
             Ok((decision, word)) if !decision.is_allowed() => match self.promoted(index, word) {
                 Some(promoted) => {
                     self.decide_promoted(promoted, index, word, now, cost, reserve.units())
