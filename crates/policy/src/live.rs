@@ -66,9 +66,7 @@ impl Live {
             };
             let kept = old.and_then(|old| {
                 old.rules
-                    .rules
-                    .iter()
-                    .position(|r| r.name == name && r.identity == identity)
+                    .kept(name, &identity)
                     .map(|j| (&old.rules.rules[j], &old.store.limiters[j]))
             });
             let (limiter, counters) = match kept {

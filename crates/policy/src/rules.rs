@@ -267,6 +267,14 @@ pub(crate) fn descriptor_index(names: &mut Vec<Box<str>>, name: &str) -> usize {
 }
 
 impl RuleSet {
+    /// The position of the rule a reload keeps for a new rule `name` of `identity`: the one of the
+    /// same name and identity (`reload_plan.rs`), whose counters, and in process limiter, carry over.
+    pub(crate) fn kept(&self, name: &str, identity: &Identity) -> Option<usize> {
+        self.rules
+            .iter()
+            .position(|r| r.name == name && r.identity == *identity)
+    }
+
     /// The rule names, in evaluation order.
     pub(crate) fn names(&self) -> Vec<&'static str> {
         self.rules.iter().map(|r| r.name).collect()
@@ -313,11 +321,7 @@ impl RuleSet {
             let name = intern(&rc.name);
             let identity = Identity::of(rc, valid.algorithm);
             let counters = old
-                .and_then(|old| {
-                    old.rules
-                        .iter()
-                        .find(|r| r.name == name && r.identity == identity)
-                })
+                .and_then(|old| old.kept(name, &identity).map(|j| &old.rules[j]))
                 .map_or_else(
                     || Arc::new(Counters::new(name, &config.metric_labels)),
                     |kept| Arc::clone(&kept.counters),
