@@ -17,7 +17,8 @@
 //! the entry number below). In a table with promotion on, a decision tests the word it scanned for
 //! the marker (two bits, before any GCRA work) and goes straight to the entry; a word the CAS loop
 //! re-reads is decided as GCRA decides any state (a marker is a TAT 2⁶² ns ahead: a denial, no
-//! write) and tested only on a denial. A table without promotion never tests. [`KeyedLimiter::promote_key`] promotes by hand.
+//! write) and tested only on a denial. A table without promotion never tests.
+//! [`KeyedLimiter::promote_key`] promotes by hand.
 //!
 //! # Why a promoted key never admits more than the plain key would
 //! Write `T` for the key's emission interval and `D` for its bucket depth. Plain GCRA on the slot is
