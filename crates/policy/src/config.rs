@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::descriptor_match::DescriptorMatch;
+use crate::short_eq;
 
 /// A whole policy: its rules, per-value overrides and the global dry-run switch.
 ///
@@ -174,8 +175,8 @@ impl MatchSpec {
     #[inline]
     pub fn matches(&self, value: &str) -> bool {
         match self {
-            MatchSpec::Exact(exact) => value == exact,
-            MatchSpec::Prefix(prefix) => value.starts_with(prefix.as_str()),
+            MatchSpec::Exact(exact) => short_eq::same(value.as_bytes(), exact.as_bytes()),
+            MatchSpec::Prefix(prefix) => short_eq::starts_with(value.as_bytes(), prefix.as_bytes()),
             MatchSpec::Any => true,
         }
     }

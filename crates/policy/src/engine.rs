@@ -243,8 +243,18 @@ pub(crate) fn decide<S: Store>(
     outcomes: Option<&mut Vec<RuleOutcome>>,
     want_next: bool,
 ) -> Result<Decided, PolicyError> {
-    let values = set.resolve(descriptors);
-    decide_values(set, store, &values, dry, now, cost, outcomes, want_next)
+    // The values on the stack (one slot per name, and the unknown slot) for most rule sets.
+    let mut stack = [None; 8];
+    match stack.get_mut(..set.names.len() + 1) {
+        Some(values) => {
+            set.resolve_pairs_into(descriptors, values);
+            decide_values(set, store, values, dry, now, cost, outcomes, want_next)
+        }
+        None => {
+            let values = set.resolve(descriptors);
+            decide_values(set, store, &values, dry, now, cost, outcomes, want_next)
+        }
+    }
 }
 
 /// [`decide`] for a request whose descriptors are resolved already (`RuleSet::resolve`,

@@ -87,6 +87,7 @@ mod reload_plan;
 mod rules;
 mod schema;
 mod settle;
+mod short_eq;
 mod stats;
 mod store;
 mod sync;

@@ -16,6 +16,7 @@ use crate::decision::Descriptors;
 use crate::descriptor_match::{self, DescriptorMatch};
 use crate::priority::Priority;
 use crate::reload_plan::Identity;
+use crate::short_eq;
 use crate::stats::{Counters, Outcome, PolicySnapshot, RuleStats};
 use crate::validate::{ValidRule, delay_units};
 
@@ -370,15 +371,34 @@ impl RuleSet {
 
     /// Each descriptor name's value in this request (first occurrence wins), and one slot more at
     /// the end, set when the request has a name no rule uses (for `descriptor_match = "exact"`).
-    #[inline]
     pub(crate) fn resolve<'a>(&self, descriptors: &Descriptors<'a>) -> Values<'a> {
         let mut values: Values<'a> = SmallVec::from_elem(None, self.names.len() + 1);
-        for &(name, value) in descriptors {
-            match self.names.iter().position(|n| **n == *name) {
-                Some(i) => values[i].get_or_insert(value),
-                None => values[self.names.len()].get_or_insert(name),
-            };
-        }
+        self.resolve_pairs_into(descriptors, &mut values);
         values
+    }
+
+    /// [`resolve`](Self::resolve) into `values`: one slot per name and the unknown slot, all
+    /// `None`. (A hot caller keeps them in an array on its stack: a returned `Values` is copied
+    /// with a `memcpy` call.)
+    #[inline]
+    pub(crate) fn resolve_pairs_into<'a>(
+        &self,
+        descriptors: &Descriptors<'a>,
+        values: &mut [Option<&'a str>],
+    ) {
+        let unknown = self.names.len();
+        for &(name, value) in descriptors {
+            let at = self
+                .names
+                .iter()
+                .position(|n| short_eq::same(n.as_bytes(), name.as_bytes()));
+            let (slot, value) = match at {
+                Some(i) => (i, value),
+                None => (unknown, name),
+            };
+            if let Some(slot) = values.get_mut(slot) {
+                slot.get_or_insert(value);
+            }
+        }
     }
 }
