@@ -74,6 +74,7 @@ pub mod inflight;
 mod inflight_rules;
 mod limiter;
 mod live;
+mod pinned;
 mod policy;
 mod priority;
 #[cfg(feature = "redis")]
@@ -104,6 +105,7 @@ pub use decision::{Descriptors, PolicyDecision, PolicyError, RuleOutcome};
 pub use descriptor_match::DescriptorMatch;
 pub use explain::{Explanation, QuotaView, RuleTrace, Skipped, StateView};
 pub use inflight::{Admission, ConcurrencyConfig};
+pub use pinned::PinnedPolicy;
 pub use policy::Policy;
 pub use priority::PriorityError;
 #[cfg(feature = "redis")]

@@ -324,9 +324,21 @@ impl<C: Clock + Clone + 'static> Policy<C> {
         cost: u64,
         outcomes: &mut Vec<RuleOutcome>,
     ) -> Result<PolicyDecision, PolicyError> {
+        self.check_detailed_on(&self.live(), descriptors, now, cost, outcomes)
+    }
+
+    /// [`check_detailed_at`](Self::check_detailed_at) on `live`, loaded already.
+    #[inline]
+    pub(crate) fn check_detailed_on(
+        &self,
+        live: &Live,
+        descriptors: &Descriptors<'_>,
+        now: Nanos,
+        cost: u64,
+        outcomes: &mut Vec<RuleOutcome>,
+    ) -> Result<PolicyDecision, PolicyError> {
         outcomes.clear();
-        let live = self.live();
-        self.decide(&live, descriptors, now, cost, Some(outcomes), false)
+        self.decide(live, descriptors, now, cost, Some(outcomes), false)
             .map(|(decided, _)| decided)
     }
 
