@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use tollgate_core::ManualClock;
-use tollgate_policy::{ConfigError, Policy, PolicyConfig, RuleOutcome};
+use tollgate_policy::{ConfigError, PinnedPolicy, Policy, PolicyConfig, RuleOutcome};
 
 use crate::{LoggedRequest, ReplayBounds, Retained};
 
@@ -29,6 +29,8 @@ pub struct RuleReport {
     /// Per second: (admitted, denied including shadow); at most [`ReplayBounds::seconds`].
     pub timeline: Vec<(u32, u32)>,
     key_names: Vec<String>,
+    /// Where a one-descriptor key's name was last found among a request's descriptors.
+    key_at: usize,
 }
 
 impl RuleReport {
@@ -50,9 +52,18 @@ impl RuleReport {
                 .map_or("", |(_, v)| v)
         };
         // A one-descriptor key within the bound (the common case) is that value, borrowed from
-        // the line; any other is built (and cut) in `scratch`.
+        // the line; any other is built (and cut) in `scratch`. Logs write their descriptors in
+        // one order, so the position where the name was last found is tried first.
         let single = match self.key_names.as_slice() {
-            [name] => Some(value_of(name)),
+            [name] => Some(match request.descriptors.get(self.key_at) {
+                Some((n, v)) if n == name => v,
+                _ => {
+                    let at = request.descriptors.iter().position(|(n, _)| n == name);
+                    self.key_at = at.unwrap_or(0);
+                    at.and_then(|at| request.descriptors.get(at))
+                        .map_or("", |(_, v)| v)
+                }
+            }),
             _ => None,
         };
         let key = match single {
@@ -99,7 +110,8 @@ impl RuleReport {
 
 /// One config's replay.
 pub struct Side {
-    policy: Policy<ManualClock>,
+    /// Pinned: a replay never reloads, so no decision loads the rule set.
+    policy: PinnedPolicy<ManualClock>,
     outcomes: Vec<RuleOutcome>,
     /// Per rule, in the config's order.
     pub rules: Vec<RuleReport>,
@@ -129,7 +141,13 @@ impl Side {
     ///
     /// # Errors
     /// The config's [`ConfigError`].
-    pub fn with_bounds(config: PolicyConfig, bounds: ReplayBounds) -> Result<Self, ConfigError> {
+    pub fn with_bounds(
+        mut config: PolicyConfig,
+        bounds: ReplayBounds,
+    ) -> Result<Self, ConfigError> {
+        // The tally below is made from each decision's outcomes; the policy's own counters (and
+        // the `metrics` facade) would be a second copy nobody reads.
+        config.metrics = false;
         let rules: Vec<RuleReport> = config
             .rules
             .iter()
@@ -149,7 +167,7 @@ impl Side {
             })
             .collect();
         Ok(Side {
-            policy,
+            policy: policy.pinned(),
             outcomes: Vec::with_capacity(8),
             rules,
             by_name,
