@@ -35,6 +35,10 @@ pub(crate) struct Tally<R> {
     tightest: Option<(usize, Decision, Quota)>,
     delay: Duration,
     pub(crate) shadow_denied: bool,
+    /// Outcomes not counted yet (`set.metrics`): a pass that may be thrown away (see
+    /// [`decide_values_peeking_first`]) counts only once it is the answer. `None`: counted as
+    /// recorded.
+    deferred: Option<SmallVec<[(usize, bool, Decision); 8]>>,
 }
 
 impl<R: Copy> Tally<R> {
@@ -45,6 +49,22 @@ impl<R: Copy> Tally<R> {
             tightest: None,
             delay: Duration::ZERO,
             shadow_denied: false,
+            deferred: None,
+        }
+    }
+
+    /// A tally whose outcomes are counted only by [`count_deferred`](Self::count_deferred).
+    fn deferring() -> Self {
+        Tally {
+            deferred: Some(SmallVec::new()),
+            ..Tally::new()
+        }
+    }
+
+    /// Counts the outcomes a [`deferring`](Self::deferring) tally recorded.
+    fn count_deferred(&self, set: &RuleSet) {
+        for &(i, enforced, decision) in self.deferred.iter().flatten() {
+            set.rules[i].count(enforced, &decision);
         }
     }
 
@@ -74,7 +94,12 @@ impl<R: Copy> Tally<R> {
                 if !enforced {
                     // A shadow rule that could never admit this cost would have refused it.
                     if set.metrics {
-                        rule.counters.count(Outcome::ShadowDenied);
+                        match &mut self.deferred {
+                            Some(deferred) => {
+                                deferred.push((i, false, Decision::denied(Nanos::MAX, Nanos::MAX)))
+                            }
+                            None => rule.counters.count(Outcome::ShadowDenied),
+                        }
                     }
                     self.shadow_denied = true;
                     return Ok(());
@@ -100,7 +125,10 @@ impl<R: Copy> Tally<R> {
             });
         }
         if set.metrics {
-            rule.count(enforced, &decision);
+            match &mut self.deferred {
+                Some(deferred) => deferred.push((i, enforced, decision)),
+                None => rule.count(enforced, &decision),
+            }
         }
         if decision.is_allowed() {
             if let Some(receipt) = receipt.filter(|_| cost > 0) {
@@ -243,17 +271,26 @@ pub(crate) fn decide<S: Store>(
     outcomes: Option<&mut Vec<RuleOutcome>>,
     want_next: bool,
 ) -> Result<Decided, PolicyError> {
-    // The values on the stack (one slot per name, and the unknown slot) for most rule sets.
+    with_values(set, descriptors, |values| {
+        decide_values(set, store, values, dry, now, cost, outcomes, want_next)
+    })
+}
+
+/// `f` of the request's values (`RuleSet::resolve`): on the stack (one slot per name, and the
+/// unknown slot) for most rule sets.
+#[inline(always)]
+pub(crate) fn with_values<R>(
+    set: &RuleSet,
+    descriptors: &Descriptors<'_>,
+    f: impl FnOnce(&[Option<&str>]) -> R,
+) -> R {
     let mut stack = [None; 8];
     match stack.get_mut(..set.names.len() + 1) {
         Some(values) => {
             set.resolve_pairs_into(descriptors, values);
-            decide_values(set, store, values, dry, now, cost, outcomes, want_next)
+            f(values)
         }
-        None => {
-            let values = set.resolve(descriptors);
-            decide_values(set, store, &values, dry, now, cost, outcomes, want_next)
-        }
+        None => f(&set.resolve(descriptors)),
     }
 }
 
@@ -280,6 +317,72 @@ pub(crate) fn decide_values<S: Store>(
         Some(error) => Err(error),
         None => Ok(conclude(set, store, values, &tally, now, want_next)),
     }
+}
+
+/// [`decide_values`] for a caller that expects a denial (its previous request was denied, as
+/// in a flood): every rule is peeked first, in order. When an enforcing rule denies, or one can
+/// never admit the cost, that pass is the answer, and nothing was written: no admission to make
+/// and give back, no exchange on any rule's state. Otherwise the peeks are dropped and the request
+/// is decided by [`decide_values`].
+///
+/// The answer is [`decide_values`]'s at the same state: its pass checks the rules up to the first
+/// enforcing denial (a check decides as a peek does, and those admissions are given back) and
+/// peeks the rest. Where a peek may decide otherwise than a check (a striped rule, priority
+/// headroom: `RuleSet::peeks_decide`), the request goes to [`decide_values`] directly.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn decide_values_peeking_first<S: Store>(
+    set: &RuleSet,
+    store: &S,
+    values: &[Option<&str>],
+    dry: bool,
+    now: Nanos,
+    cost: u64,
+    mut outcomes: Option<&mut Vec<RuleOutcome>>,
+    want_next: bool,
+) -> Result<Decided, PolicyError> {
+    if !set.peeks_decide {
+        return decide_values(set, store, values, dry, now, cost, outcomes, want_next);
+    }
+    let mut tally = Tally::<S::Receipt>::deferring();
+    let mut error = None;
+    for i in 0..set.rules.len() {
+        let mut buf = KeyBuf::new();
+        let Some(at) = rule_key(set, i, values, &mut buf) else {
+            continue;
+        };
+        let enforced = set.rules[i].enforced(dry);
+        let result = store.peek(&at, now, cost).map(|d| d.map(|d| (d, None)));
+        if let Err(e) = tally.record(set, i, &at, enforced, cost, result, outcomes.as_deref_mut()) {
+            error = Some(e);
+            break;
+        }
+    }
+    if error.is_none() && !tally.denying() {
+        return decide_again(set, store, values, dry, now, cost, outcomes, want_next);
+    }
+    tally.count_deferred(set);
+    match error {
+        Some(error) => Err(error),
+        None => Ok(conclude(set, store, values, &tally, now, want_next)),
+    }
+}
+
+/// [`decide_values`] after a peeking pass that was not the answer (its outcomes cleared).
+#[allow(clippy::too_many_arguments)]
+fn decide_again<S: Store>(
+    set: &RuleSet,
+    store: &S,
+    values: &[Option<&str>],
+    dry: bool,
+    now: Nanos,
+    cost: u64,
+    mut outcomes: Option<&mut Vec<RuleOutcome>>,
+    want_next: bool,
+) -> Result<Decided, PolicyError> {
+    if let Some(outcomes) = outcomes.as_deref_mut() {
+        outcomes.clear();
+    }
+    decide_values(set, store, values, dry, now, cost, outcomes, want_next)
 }
 
 /// Decides several requests as one at `now` (the descriptors of one RLS call): each is decided

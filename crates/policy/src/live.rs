@@ -155,6 +155,7 @@ impl Live {
                     rules: rules.into_boxed_slice(),
                     dry_run: config.dry_run,
                     metrics: config.metrics,
+                    peeks_decide: RuleSet::peeks_decide(&config),
                     config,
                 },
                 store: MemoryStore {

@@ -324,10 +324,11 @@ impl<C: Clock + Clone + 'static> Policy<C> {
         cost: u64,
         outcomes: &mut Vec<RuleOutcome>,
     ) -> Result<PolicyDecision, PolicyError> {
-        self.check_detailed_on(&self.live(), descriptors, now, cost, outcomes)
+        self.check_detailed_on(&self.live(), descriptors, now, cost, outcomes, false)
     }
 
-    /// [`check_detailed_at`](Self::check_detailed_at) on `live`, loaded already.
+    /// [`check_detailed_at`](Self::check_detailed_at) on `live`, loaded already; `peek_first`:
+    /// decided by `engine::decide_values_peeking_first` (the same answer, no write when denied).
     #[inline]
     pub(crate) fn check_detailed_on(
         &self,
@@ -336,10 +337,29 @@ impl<C: Clock + Clone + 'static> Policy<C> {
         now: Nanos,
         cost: u64,
         outcomes: &mut Vec<RuleOutcome>,
+        peek_first: bool,
     ) -> Result<PolicyDecision, PolicyError> {
         outcomes.clear();
-        self.decide(live, descriptors, now, cost, Some(outcomes), false)
-            .map(|(decided, _)| decided)
+        if !peek_first {
+            return self
+                .decide(live, descriptors, now, cost, Some(outcomes), false)
+                .map(|(decided, _)| decided);
+        }
+        // Relaxed: see `set_dry_run`.
+        let dry = live.rules.dry_run || self.dry_run.load(Ordering::Relaxed);
+        engine::with_values(&live.rules, descriptors, |values| {
+            engine::decide_values_peeking_first(
+                &live.rules,
+                &live.store,
+                values,
+                dry,
+                now,
+                cost,
+                Some(outcomes),
+                false,
+            )
+        })
+        .map(|(decided, _)| decided)
     }
 
     #[inline]

@@ -10,7 +10,7 @@ use std::time::Duration;
 use smallvec::SmallVec;
 use tollgate_core::{Decision, Nanos, Quota};
 
-use crate::config::{AlgorithmKind, MatchSpec, Mode, PolicyConfig, RuleConfig};
+use crate::config::{AlgorithmKind, MatchSpec, Mode, PolicyConfig, RuleConfig, Storage};
 use crate::config_error::{ConfigError, ConfigErrorKind};
 use crate::decision::Descriptors;
 use crate::descriptor_match::{self, DescriptorMatch};
@@ -38,6 +38,10 @@ pub(crate) struct RuleSet {
     pub(crate) rules: Box<[Rule]>,
     pub(crate) dry_run: bool,
     pub(crate) metrics: bool,
+    /// Whether every rule's peek decides as its check would (no striped rule, whose leases make
+    /// a check admit what a look at the shared word would not, and no priority headroom, which
+    /// only a check keeps): `engine::decide_values_peeking_first` relies on it.
+    pub(crate) peeks_decide: bool,
     pub(crate) config: PolicyConfig,
 }
 
@@ -155,16 +159,29 @@ impl Rule {
 
     #[inline(always)]
     pub(crate) fn applies(&self, values: &[Option<&str>]) -> bool {
+        // Loops rather than `Iterator::all`, which was left a call per rule (not inlined).
         if self.any_match {
-            return self.matches.iter().all(|&(i, _)| values[i].is_some());
-        }
-        self.matches
-            .iter()
-            .all(|(i, spec)| values[*i].is_some_and(|v| spec.matches(v)))
-            && match &self.priority {
-                None => descriptor_match::admits(self.descriptor_match, &self.matches, values),
-                Some(p) => p.admits(self.descriptor_match, &self.matches, values),
+            for &(i, _) in &self.matches {
+                if values.get(i).is_none_or(Option::is_none) {
+                    return false;
+                }
             }
+            return true;
+        }
+        for (i, spec) in &self.matches {
+            if !values
+                .get(*i)
+                .copied()
+                .flatten()
+                .is_some_and(|v| spec.matches(v))
+            {
+                return false;
+            }
+        }
+        match &self.priority {
+            None => descriptor_match::admits(self.descriptor_match, &self.matches, values),
+            Some(p) => p.admits(self.descriptor_match, &self.matches, values),
+        }
     }
 
     /// Whether this rule's denials count for the request (not shadow, not a dry run).
@@ -345,8 +362,17 @@ impl RuleSet {
             rules: rules.into_boxed_slice(),
             dry_run: config.dry_run,
             metrics: config.metrics,
+            peeks_decide: RuleSet::peeks_decide(&config),
             config,
         })
+    }
+
+    /// Whether every rule of `config` peeks as it checks (the field of that name).
+    pub(crate) fn peeks_decide(config: &PolicyConfig) -> bool {
+        config
+            .rules
+            .iter()
+            .all(|r| r.storage != Storage::Striped && r.priority.is_none())
     }
 
     /// Tags the keys of the rules keyed by descriptor `name` with its value

@@ -307,3 +307,37 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// A pinned policy peeks every rule first after a denial and writes nothing when the request
+    /// is denied again (`PinnedPolicy`); its answers, every rule's outcome and the counters are a
+    /// plain policy's, fed the same requests, for every algorithm, shadow rules, costs no rule can
+    /// admit and a striped global rule (decided plainly).
+    #[test]
+    fn a_pinned_policy_peeking_first_answers_as_a_plain_one(
+        specs in [rule_spec(), rule_spec(), rule_spec()],
+        striped in any::<bool>(),
+        trace in prop::collection::vec((0u64..400, 0u8..3, 0u8..3, 0u64..=7, any::<bool>()), 1..120),
+    ) {
+        let config = config(&specs, striped);
+        let plain = Policy::with_clock(config.clone(), ManualClock::new()).unwrap();
+        let pinned = Policy::with_clock(config, ManualClock::new()).unwrap().pinned();
+        let (mut plain_outcomes, mut pinned_outcomes) = (Vec::new(), Vec::new());
+        let mut now = 0;
+        for (step, user, route, cost, anonymous) in trace {
+            now += step * 1_000_000;
+            let (user, route) = (format!("u{user}"), format!("/r{route}"));
+            let mut descriptors = vec![("route", route.as_str())];
+            if !anonymous {
+                descriptors.push(("user", user.as_str()));
+            }
+            let expected = plain.check_detailed_at(&descriptors, now, cost, &mut plain_outcomes);
+            let got = pinned.check_detailed_at(&descriptors, now, cost, &mut pinned_outcomes);
+            prop_assert_eq!(&got, &expected, "at {} cost {}", now, cost);
+            prop_assert_eq!(&pinned_outcomes, &plain_outcomes, "at {} cost {}", now, cost);
+        }
+        prop_assert_eq!(pinned.policy().snapshot(), plain.snapshot());
+    }
+}
