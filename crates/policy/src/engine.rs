@@ -340,47 +340,34 @@ pub(crate) fn decide_values_peeking_first<S: Store>(
     mut outcomes: Option<&mut Vec<RuleOutcome>>,
     want_next: bool,
 ) -> Result<Decided, PolicyError> {
-    if !set.peeks_decide {
-        return decide_values(set, store, values, dry, now, cost, outcomes, want_next);
-    }
-    let mut tally = Tally::<S::Receipt>::deferring();
-    let mut error = None;
-    for i in 0..set.rules.len() {
-        let mut buf = KeyBuf::new();
-        let Some(at) = rule_key(set, i, values, &mut buf) else {
-            continue;
-        };
-        let enforced = set.rules[i].enforced(dry);
-        let result = store.peek(&at, now, cost).map(|d| d.map(|d| (d, None)));
-        if let Err(e) = tally.record(set, i, &at, enforced, cost, result, outcomes.as_deref_mut()) {
-            error = Some(e);
-            break;
+    if set.peeks_decide {
+        let mut tally = Tally::<S::Receipt>::deferring();
+        let mut error = None;
+        for i in 0..set.rules.len() {
+            let mut buf = KeyBuf::new();
+            let Some(at) = rule_key(set, i, values, &mut buf) else {
+                continue;
+            };
+            let enforced = set.rules[i].enforced(dry);
+            let result = store.peek(&at, now, cost).map(|d| d.map(|d| (d, None)));
+            let recorded =
+                tally.record(set, i, &at, enforced, cost, result, outcomes.as_deref_mut());
+            if let Err(e) = recorded {
+                error = Some(e);
+                break;
+            }
         }
-    }
-    if error.is_none() && !tally.denying() {
-        return decide_again(set, store, values, dry, now, cost, outcomes, want_next);
-    }
-    tally.count_deferred(set);
-    match error {
-        Some(error) => Err(error),
-        None => Ok(conclude(set, store, values, &tally, now, want_next)),
-    }
-}
-
-/// [`decide_values`] after a peeking pass that was not the answer (its outcomes cleared).
-#[allow(clippy::too_many_arguments)]
-fn decide_again<S: Store>(
-    set: &RuleSet,
-    store: &S,
-    values: &[Option<&str>],
-    dry: bool,
-    now: Nanos,
-    cost: u64,
-    mut outcomes: Option<&mut Vec<RuleOutcome>>,
-    want_next: bool,
-) -> Result<Decided, PolicyError> {
-    if let Some(outcomes) = outcomes.as_deref_mut() {
-        outcomes.clear();
+        if error.is_some() || tally.denying() {
+            tally.count_deferred(set);
+            return match error {
+                Some(error) => Err(error),
+                None => Ok(conclude(set, store, values, &tally, now, want_next)),
+            };
+        }
+        // Admitted on every peek: not the answer, decided below.
+        if let Some(outcomes) = outcomes.as_deref_mut() {
+            outcomes.clear();
+        }
     }
     decide_values(set, store, values, dry, now, cost, outcomes, want_next)
 }
