@@ -1,5 +1,7 @@
--- Several keys decided as one request. KEYS[1..n]: the keys (all on one node; one hash slot on
--- Redis Cluster). ARGV: now_us or '', cost, peek (0/1), then per key, in order, five values: its
+-- Several keys decided as one request: `batch`, called once per request by the batch script
+-- (batch_eval.lua, run by EVALSHA) or by the function library's function (FCALL; see
+-- crates/redis/src/function.rs). KEYS[1..n]: the keys (all on one node; one hash slot on Redis
+-- Cluster). ARGV: now_us or '', cost, peek (0/1), then per key, in order, five values: its
 -- algorithm ('g': GCRA and the leaky bucket, 'f': fixed window, 's': sliding window), enforcing
 -- (1, or 0 for a shadow key), and the algorithm's three parameters, as that algorithm's single-key
 -- script takes them.
@@ -12,48 +14,78 @@
 -- Reply: four integers per key, in order, as its single-key script replies: {allowed, remaining,
 -- retry_after, reset_after} in that algorithm's unit, -1 = never; then the `now` every key was
 -- decided at, in µs (what a reservation settles against).
-local ALGORITHMS = {g = gcra_decide, f = fixed_window_decide, s = sliding_window_decide}
-local now, cost, peek = now_us(), tonumber(ARGV[2]), ARGV[3] == '1'
-local reply, commits, carries, admitted, seen = {}, {}, {}, true, {}
-for i = 1, #KEYS do
-  -- A key twice would be decided twice on the same state and written twice (the client refuses it).
-  if seen[KEYS[i]] then
-    error({err = 'TOLLGATE_KEY ' .. i .. ' ERR the key is in the request twice'})
+local WINDOWS = {f = fixed_window_decide, s = sliding_window_decide}
+-- The position of the key being decided, for the error that names it.
+local batch_at = 0
+local function batch_decide(now, cost, reply, commits, carries, params)
+  -- Every key's decision at `now` (reads only), its four reply values appended to `reply`, its
+  -- writes kept (commits[i]: the admission's, carries[i]: the carry-over's; false: none; for GCRA
+  -- the ahead tat_write stores, its parameters in params[3i-2..3i]; for the windows a function).
+  -- Returns whether every enforcing key admitted.
+  local seen, admitted = {}, true
+  for i = 1, #KEYS do
+    batch_at = i
+    local key = KEYS[i]
+    -- A key twice would be decided twice on the same state and written twice (the client refuses it).
+    if seen[key] then
+      error({err = 'ERR the key is in the request twice'})
+    end
+    seen[key] = true
+    local at = i * 5 - 1
+    local code = ARGV[at]
+    local a, b, c = tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]), tonumber(ARGV[at + 4])
+    local allowed, remaining, retry, reset, commit, carry
+    if code == 'g' then
+      allowed, remaining, retry, reset, commit, carry = gcra_decide(key, now, cost, a, b, c)
+      local p = i * 3
+      params[p - 2], params[p - 1], params[p] = a, b, c
+    else
+      local decide = WINDOWS[code]
+      if decide == nil then
+        error({err = 'ERR unknown algorithm ' .. shown(code)})
+      end
+      local r
+      r, commit, carry = decide(key, now, cost, a, b, c)
+      allowed, remaining, retry, reset = r[1], r[2], r[3], r[4]
+    end
+    if allowed == 0 and ARGV[at + 1] == '1' then
+      admitted = false
+    end
+    local m = i * 4
+    reply[m - 3], reply[m - 2], reply[m - 1], reply[m] = allowed, remaining, retry, reset
+    commits[i], carries[i] = commit or false, carry or false
   end
-  seen[KEYS[i]] = true
-  local at = 4 + (i - 1) * 5
-  local decide = ALGORITHMS[ARGV[at]]
-  if decide == nil then
-    error({err = 'TOLLGATE_KEY ' .. i .. ' ERR unknown algorithm ' .. shown(ARGV[at])})
-  end
-  local ok, r, commit, carry = pcall(decide, KEYS[i], now, cost,
-    tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]), tonumber(ARGV[at + 4]))
+  return admitted
+end
+local function batch()
+  local now, cost, peek = now_us(), tonumber(ARGV[2]), ARGV[3] == '1'
+  local reply, commits, carries, params = {}, {}, {}, {}
+  local ok, admitted = pcall(batch_decide, now, cost, reply, commits, carries, params)
   if not ok then
     -- Redis 7 hands pcall the error's message; older versions the error table.
+    local r = admitted
     if type(r) == 'table' then
       r = r.err
     end
-    error({err = 'TOLLGATE_KEY ' .. i .. ' ' .. tostring(r)})
+    error({err = 'TOLLGATE_KEY ' .. batch_at .. ' ' .. tostring(r)})
   end
-  if r[1] == 0 and ARGV[at + 1] == '1' then
-    admitted = false
-  end
-  for j = 1, 4 do
-    reply[#reply + 1] = r[j]
-  end
-  commits[i], carries[i] = commit or false, carry or false
-end
-if not peek then
-  -- Each key's admission when the request is admitted; else (or where it has none) the carry-over
-  -- of a state written under another quota, stored even by a denial. After every read: an error
-  -- above wrote nothing.
-  for j = 1, #KEYS do
-    if admitted and commits[j] then
-      commits[j]()
-    elseif carries[j] then
-      carries[j]()
+  if not peek then
+    -- Each key's admission when the request is admitted; else (or where it has none) the carry-over
+    -- of a state written under another quota, stored even by a denial. After every read: an error
+    -- above wrote nothing.
+    for i = 1, #KEYS do
+      local write = carries[i]
+      if admitted and commits[i] then
+        write = commits[i]
+      end
+      if type(write) == 'function' then
+        write()
+      elseif write then
+        local p = i * 3
+        tat_write(KEYS[i], now, write, params[p - 2], params[p - 1], params[p])
+      end
     end
   end
+  reply[#reply + 1] = now
+  return reply
 end
-reply[#reply + 1] = now
-return reply

@@ -37,11 +37,9 @@ local function tat_ahead(key, raw, now, per_us)
   end
   return ahead
 end
--- Defined below (tat_read's carry-over writes through it).
-local set_tat
 local function tat_read(key, now, per_us, interval, depth)
-  -- The key's max(TAT - now, 0) in this quota's units, and the write (nil: none) that stores it when
-  -- it was written under another quota: carried over as-is at `now` (the core's
+  -- The key's max(TAT - now, 0) in this quota's units, and whether it must be written (tat_write)
+  -- because it was written under another quota: carried over as-is at `now` (the core's
   -- `Algorithm::carry_over`: min(the units it could take under its quota now, this burst), the rest
   -- counted as spent now; a TAT at or before now, fresh under any quota, stays fresh). Reads only.
   local raw = redis.call('GET', key)
@@ -69,50 +67,52 @@ local function tat_read(key, now, per_us, interval, depth)
     end
     ahead = spent_after(avail, idiv(depth, interval)) * interval
   end
-  return ahead, function()
-    if ahead == 0 then
-      redis.call('DEL', key)
-    else
-      set_tat(key, now, ahead, per_us, interval, depth)
-    end
-  end
-end
-local function tat_digits(now, ahead, per_us)
-  -- now + ahead units, as nanosecond digits.
-  local whole = idiv(ahead, per_us)
-  return str(now + whole) .. string.format('%03d', (ahead - whole * per_us) * (1000 / per_us))
+  return ahead, true
 end
 local function gcra_args()
   -- ARGV[4..6]: units per µs, the emission interval and the bucket depth in units.
   return tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 end
-set_tat = function(key, now, ahead, per_us, interval, depth)
-  -- The TTL ends where the state turns fresh (the TAT), rounded up to whole ms: 1 ms = per_us × 1000 units.
-  redis.call('SET', key, tat_digits(now, ahead, per_us) .. ';' .. quota_tag(per_us, interval, depth), 'PX',
-    str(math.max(cdiv(ahead, per_us * 1000), 1)))
+local function set_tat(key, now, ahead, per_us, interval, depth)
+  -- The value in one format (TAT_VALUE): now + ahead units as nanosecond digits (whole µs, then the
+  -- ns part), ';' and the quota tag. The TTL ends where the state turns fresh (the TAT), rounded up
+  -- to whole ms: 1 ms = per_us × 1000 units.
+  local whole = idiv(ahead, per_us)
+  redis.call('SET', key, string.format(TAT_VALUE, now + whole, (ahead - whole * per_us) * (1000 / per_us), per_us,
+    interval, depth), 'PX', str(math.max(cdiv(ahead, per_us * 1000), 1)))
+end
+local function tat_write(key, now, ahead, per_us, interval, depth)
+  -- Stores `ahead` units past now (set_tat), or deletes the key for 0 (the fresh state).
+  if ahead == 0 then
+    redis.call('DEL', key)
+  else
+    set_tat(key, now, ahead, per_us, interval, depth)
+  end
 end
 local function gcra_decide(key, now, cost, per_us, interval, depth)
   -- GCRA (and the leaky bucket) on `key` at `now` for `cost` units; parameters as gcra_args. Reads
-  -- only. Returns the reply {allowed, remaining, retry_after, reset_after} in units (-1 = never), the
-  -- admission's write (a function; nil when there is nothing to write) and the carry-over's write
-  -- (nil: none; made when there is no admission to write).
+  -- only. Returns the reply's four values (allowed, remaining, retry_after, reset_after in units,
+  -- -1 = never), then what to write as data, not closures (cheaper for a call that makes several):
+  -- the admission's ahead (nil when there is nothing to write) and the carry-over's ahead (nil: none;
+  -- written when there is no admission to write), each written by tat_write.
   -- ahead = max(tat, now) - now; new_ahead = new_tat - now.
-  local ahead, carry = tat_read(key, now, per_us, interval, depth)
+  local ahead, carried = tat_read(key, now, per_us, interval, depth)
+  local carry
+  if carried then
+    carry = ahead
+  end
   local new_ahead = ahead + cost * interval
   if now + cdiv(new_ahead, per_us) >= LIMIT then
-    return {0, 0, -1, -1}, nil, carry
+    return 0, 0, -1, -1, nil, carry
   end
   -- allow_at = new_tat - depth; denied while now < allow_at.
   local wait = new_ahead - depth
   if wait > 0 then
-    return {0, 0, wait, ahead}, nil, carry
+    return 0, 0, wait, ahead, nil, carry
   end
-  local commit
   if cost > 0 then
     -- Fresh again once the TAT is reached: the key lives exactly that long.
-    commit = function()
-      set_tat(key, now, new_ahead, per_us, interval, depth)
-    end
+    return 1, idiv(depth - new_ahead, interval), 0, new_ahead, new_ahead, carry
   end
-  return {1, idiv(depth - new_ahead, interval), 0, new_ahead}, commit, carry
+  return 1, idiv(depth - new_ahead, interval), 0, new_ahead, nil, carry
 end
