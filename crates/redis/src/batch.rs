@@ -13,9 +13,10 @@ use crate::config::RedisConfig;
 use crate::durable::Durability;
 use crate::encoding::RedisEncoding;
 use crate::error::Error;
+use crate::function::BatchCall;
 use crate::limiter::RedisLimiter;
 use crate::params::ScriptParams;
-use crate::scripts::{self, BATCH, Reply};
+use crate::scripts::{self, Reply};
 
 mod sealed {
     /// The batch script's name for an algorithm's `*_decide` function.
@@ -176,7 +177,8 @@ impl<'a> BatchKey<'a> {
 
 /// Decides several keys, each against its own [`BatchLimit`] (any mix of GCRA, leaky bucket, fixed
 /// and sliding window, each with its own quota), as **one request in one atomic script call** (one
-/// `EVALSHA`, one round trip, whatever the number of keys).
+/// `FCALL` of a function library loaded once per server, or on Redis before 7, or where functions
+/// are refused, one `EVALSHA`: one round trip, whatever the number of keys).
 ///
 /// * Every key is decided first, at one `now`, for the same `cost`, on the state it holds, by the
 ///   same Lua function as its single-key [`RedisLimiter`] script: each key's [`Decision`] is what
@@ -244,6 +246,8 @@ pub struct RedisBatch<C = ConnectionManager> {
     pub(crate) durability: Option<Durability>,
     /// Split a request across slot groups ([`with_slot_groups`](Self::with_slot_groups)).
     pub(crate) split: bool,
+    /// `FCALL` or `EVALSHA` (shared by the clones).
+    pub(crate) via: Arc<BatchCall>,
 }
 
 /// Whether a batch's request was admitted: every enforcing key's decision is allowed (`keys` and
@@ -264,6 +268,7 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisBatch<C> {
             config,
             durability: None,
             split: false,
+            via: Arc::default(),
         }
     }
 
@@ -465,23 +470,25 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisBatch<C> {
         peek: bool,
     ) -> Result<(Vec<i64>, Nanos), Error> {
         let mut conn = self.conn.clone();
-        let mut call = BATCH.prepare_invoke();
-        call.arg(scripts::time_arg(&self.config, now))
-            .arg(cost)
-            .arg(if peek { "1" } else { "0" });
+        let keys: Vec<String> = sent.iter().map(|k| self.config.key(k.key)).collect();
+        let mut args = Vec::with_capacity(3 + sent.len() * 5);
+        args.extend([
+            scripts::time_arg(&self.config, now),
+            cost.to_string(),
+            if peek { "1" } else { "0" }.to_owned(),
+        ]);
         for k in sent {
-            call.key(self.config.key(k.key))
-                .arg(k.limit.kind.code())
-                .arg(if k.enforcing { "1" } else { "0" });
-            for a in k.limit.params.args() {
-                call.arg(a.as_str());
-            }
+            args.push(k.limit.kind.code().to_owned());
+            args.push(if k.enforcing { "1" } else { "0" }.to_owned());
+            args.extend(k.limit.params.args().iter().cloned());
         }
-        let mut reply: Vec<i64> =
-            tokio::time::timeout(self.config.timeout(), call.invoke_async(&mut conn))
-                .await
-                .map_err(|_| Error::Timeout(self.config.timeout()))?
-                .map_err(|e| self.classify(e, sent))?;
+        let mut reply: Vec<i64> = tokio::time::timeout(
+            self.config.timeout(),
+            self.via.invoke(&mut conn, &keys, &args),
+        )
+        .await
+        .map_err(|_| Error::Timeout(self.config.timeout()))?
+        .map_err(|e| self.classify(e, sent))?;
         // Four values per key, then the instant decided at (µs).
         if reply.len() != sent.len() * 4 + 1 {
             return Err(short(&reply, sent));
