@@ -17,11 +17,27 @@
 local WINDOWS = {f = fixed_window_decide, s = sliding_window_decide}
 -- The position of the key being decided, for the error that names it.
 local batch_at = 0
+-- Quota tags by their parameters' strings (a memo, as those in the prelude): {a, b, tag} under c.
+local TAGS, TAGS_N = {}, 0
+local function tag_of(a, b, c)
+  -- The quota tag of the parameters sent as the strings a, b, c: a,b,c (the client sends plain
+  -- digits, so this is quota_tag of their numbers), without formatting the numbers again.
+  local e = TAGS[c]
+  if e and e[1] == a and e[2] == b then
+    return e[3]
+  end
+  local tag = a .. ',' .. b .. ',' .. c
+  if TAGS_N >= MEMO_MAX then
+    TAGS, TAGS_N = {}, 0
+  end
+  TAGS[c], TAGS_N = {a, b, tag}, TAGS_N + 1
+  return tag
+end
 local function batch_decide(now, cost, reply, commits, carries, params)
   -- Every key's decision at `now` (reads only), its four reply values appended to `reply`, its
   -- writes kept (commits[i]: the admission's, carries[i]: the carry-over's; false: none; for GCRA
-  -- the ahead tat_write stores, its parameters in params[3i-2..3i]; for the windows a function).
-  -- Returns whether every enforcing key admitted.
+  -- the ahead tat_write stores, its parameters and quota tag in params[4i-3..4i]; for the windows
+  -- a function). Returns whether every enforcing key admitted.
   local seen, admitted = {}, true
   for i = 1, #KEYS do
     batch_at = i
@@ -33,12 +49,14 @@ local function batch_decide(now, cost, reply, commits, carries, params)
     seen[key] = true
     local at = i * 5 - 1
     local code = ARGV[at]
-    local a, b, c = tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]), tonumber(ARGV[at + 4])
+    local sa, sb, sc = ARGV[at + 2], ARGV[at + 3], ARGV[at + 4]
+    local a, b, c = num(sa), num(sb), num(sc)
     local allowed, remaining, retry, reset, commit, carry
     if code == 'g' then
-      allowed, remaining, retry, reset, commit, carry = gcra_decide(key, now, cost, a, b, c)
-      local p = i * 3
-      params[p - 2], params[p - 1], params[p] = a, b, c
+      local tag = tag_of(sa, sb, sc)
+      allowed, remaining, retry, reset, commit, carry = gcra_decide(key, now, cost, a, b, c, tag)
+      local p = i * 4
+      params[p - 3], params[p - 2], params[p - 1], params[p] = a, b, c, tag
     else
       local decide = WINDOWS[code]
       if decide == nil then
@@ -58,7 +76,7 @@ local function batch_decide(now, cost, reply, commits, carries, params)
   return admitted
 end
 local function batch()
-  local now, cost, peek = now_us(), tonumber(ARGV[2]), ARGV[3] == '1'
+  local now, cost, peek = now_us(), num(ARGV[2]), ARGV[3] == '1'
   local reply, commits, carries, params = {}, {}, {}, {}
   local ok, admitted = pcall(batch_decide, now, cost, reply, commits, carries, params)
   if not ok then
@@ -81,8 +99,8 @@ local function batch()
       if type(write) == 'function' then
         write()
       elseif write then
-        local p = i * 3
-        tat_write(KEYS[i], now, write, params[p - 2], params[p - 1], params[p])
+        local p = i * 4
+        tat_write(KEYS[i], now, write, params[p - 3], params[p - 2], params[p - 1], params[p])
       end
     end
   end
