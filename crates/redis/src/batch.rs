@@ -471,17 +471,22 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisBatch<C> {
     ) -> Result<(Vec<i64>, Nanos), Error> {
         let mut conn = self.conn.clone();
         let keys: Vec<String> = sent.iter().map(|k| self.config.key(k.key)).collect();
-        let mut args = Vec::with_capacity(3 + sent.len() * 5);
+        let mut args = Vec::with_capacity(3 + sent.len());
         args.extend([
             scripts::time_arg(&self.config, now),
             cost.to_string(),
             if peek { "1" } else { "0" }.to_owned(),
         ]);
-        for k in sent {
-            args.push(k.limit.kind.code().to_owned());
-            args.push(if k.enforcing { "1" } else { "0" }.to_owned());
-            args.extend(k.limit.params.args().iter().cloned());
-        }
+        // Per key its spec: the algorithm, enforcing (1/0), then its parameters joined by ',' (its
+        // quota tag), as batch.lua reads it.
+        args.extend(sent.iter().map(|k| {
+            let enforcing = if k.enforcing { "1" } else { "0" };
+            format!(
+                "{}{enforcing}{}",
+                k.limit.kind.code(),
+                k.limit.params.quota_tag()
+            )
+        }));
         let mut reply: Vec<i64> = tokio::time::timeout(
             self.config.timeout(),
             self.via.invoke(&mut conn, &keys, &args),
@@ -574,7 +579,8 @@ fn short(raw: &[i64], sent: &[&BatchKey<'_>]) -> Error {
 mod tests {
     use super::*;
 
-    /// The batch script reads exactly three parameters per key after its algorithm and flag.
+    /// The batch script reads exactly three parameters per key after its algorithm and flag (its
+    /// spec: `<algorithm><0/1><a>,<b>,<c>`).
     #[test]
     fn every_batch_algorithm_sends_three_parameters() {
         let quota = Quota::per_second(3).unwrap();

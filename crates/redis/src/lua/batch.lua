@@ -1,10 +1,12 @@
 -- Several keys decided as one request: `batch`, called once per request by the batch script
 -- (batch_eval.lua, run by EVALSHA) or by the function library's function (FCALL; see
 -- crates/redis/src/function.rs). KEYS[1..n]: the keys (all on one node; one hash slot on Redis
--- Cluster). ARGV: now_us or '', cost, peek (0/1), then per key, in order, five values: its
+-- Cluster). ARGV: now_us or '', cost, peek (0/1), then per key, in order, one value, its spec: its
 -- algorithm ('g': GCRA and the leaky bucket, 'f': fixed window, 's': sliding window), enforcing
--- (1, or 0 for a shadow key), and the algorithm's three parameters, as that algorithm's single-key
--- script takes them.
+-- ('1', or '0' for a shadow key), and the algorithm's three parameters as that algorithm's
+-- single-key script takes them, joined by ',' (which is the quota tag its state is stored with):
+-- 'g1' .. '1,1,100000'. One value, not five: fewer arguments for Redis to hand over, and the same
+-- spec for every call of a rule, which a function library parses once (a memo).
 -- Every key is decided first, at one `now`, on the state it holds, by the same `*_decide` function
 -- as its single-key script (reads only); then, unless this is a peek, every key's admission is
 -- written only if every enforcing key admitted (a shadow key never denies the request, and its
@@ -17,27 +19,34 @@
 local WINDOWS = {f = fixed_window_decide, s = sliding_window_decide}
 -- The position of the key being decided, for the error that names it.
 local batch_at = 0
--- Quota tags by their parameters' strings (a memo, as those in the prelude): {a, b, tag} under c.
-local TAGS, TAGS_N = {}, 0
-local function tag_of(a, b, c)
-  -- The quota tag of the parameters sent as the strings a, b, c: a,b,c (the client sends plain
-  -- digits, so this is quota_tag of their numbers), without formatting the numbers again.
-  local e = TAGS[c]
-  if e and e[1] == a and e[2] == b then
-    return e[3]
+-- Key specs parsed, by the spec (a memo, as those in the prelude).
+local SPECS, SPECS_N = {}, 0
+local function spec_of(spec)
+  -- {algorithm, enforcing (a boolean), the three parameters, the quota tag} of a key's spec. The
+  -- tag is the parameters as sent (the client sends plain digits: quota_tag of their numbers).
+  local e = SPECS[spec]
+  if e then
+    return e
   end
-  local tag = a .. ',' .. b .. ',' .. c
-  if TAGS_N >= MEMO_MAX then
-    TAGS, TAGS_N = {}, 0
+  local code, enforcing, tag, a, b, c
+  if type(spec) == 'string' then
+    code, enforcing, tag, a, b, c = match(spec, '^(%a)([01])((%d+),(%d+),(%d+))$')
   end
-  TAGS[c], TAGS_N = {a, b, tag}, TAGS_N + 1
-  return tag
+  if not code or #a > 16 or #b > 16 or #c > 16 then
+    error({err = 'ERR the key spec ' .. shown(spec) .. ' is not an algorithm, 0/1 and three integers'})
+  end
+  e = {code, enforcing == '1', tonum(a), tonum(b), tonum(c), tag}
+  if SPECS_N >= MEMO_MAX then
+    SPECS, SPECS_N = {}, 0
+  end
+  SPECS[spec], SPECS_N = e, SPECS_N + 1
+  return e
 end
 local function batch_decide(now, cost, reply, commits, carries, params)
   -- Every key's decision at `now` (reads only), its four reply values appended to `reply`, its
   -- writes kept (commits[i]: the admission's, carries[i]: the carry-over's; false: none; for GCRA
-  -- the ahead tat_write stores, its parameters and quota tag in params[4i-3..4i]; for the windows
-  -- a function). Returns whether every enforcing key admitted.
+  -- the ahead tat_write stores, its spec in params[i]; for the windows a function). Returns
+  -- whether every enforcing key admitted.
   local seen, admitted = {}, true
   for i = 1, #KEYS do
     batch_at = i
@@ -47,16 +56,12 @@ local function batch_decide(now, cost, reply, commits, carries, params)
       error({err = 'ERR the key is in the request twice'})
     end
     seen[key] = true
-    local at = i * 5 - 1
-    local code = ARGV[at]
-    local sa, sb, sc = ARGV[at + 2], ARGV[at + 3], ARGV[at + 4]
-    local a, b, c = num(sa), num(sb), num(sc)
+    local spec = spec_of(ARGV[i + 3])
+    local code, a, b, c = spec[1], spec[3], spec[4], spec[5]
     local allowed, remaining, retry, reset, commit, carry
     if code == 'g' then
-      local tag = tag_of(sa, sb, sc)
-      allowed, remaining, retry, reset, commit, carry = gcra_decide(key, now, cost, a, b, c, tag)
-      local p = i * 4
-      params[p - 3], params[p - 2], params[p - 1], params[p] = a, b, c, tag
+      allowed, remaining, retry, reset, commit, carry = gcra_decide(key, now, cost, a, b, c, spec[6])
+      params[i] = spec
     else
       local decide = WINDOWS[code]
       if decide == nil then
@@ -66,7 +71,7 @@ local function batch_decide(now, cost, reply, commits, carries, params)
       r, commit, carry = decide(key, now, cost, a, b, c)
       allowed, remaining, retry, reset = r[1], r[2], r[3], r[4]
     end
-    if allowed == 0 and ARGV[at + 1] == '1' then
+    if allowed == 0 and spec[2] then
       admitted = false
     end
     local m = i * 4
@@ -99,8 +104,8 @@ local function batch()
       if type(write) == 'function' then
         write()
       elseif write then
-        local p = i * 4
-        tat_write(KEYS[i], now, write, params[p - 3], params[p - 2], params[p - 1], params[p])
+        local spec = params[i]
+        tat_write(KEYS[i], now, write, spec[3], spec[4], spec[5], spec[6])
       end
     end
   end
