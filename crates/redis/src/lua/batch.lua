@@ -47,15 +47,28 @@ local function batch_decide(now, cost, reply, commits, carries, params)
   -- writes kept (commits[i]: the admission's, carries[i]: the carry-over's; false: none; for GCRA
   -- the ahead tat_write stores, its spec in params[i]; for the windows a function). Returns
   -- whether every enforcing key admitted.
-  local seen, admitted = {}, true
-  for i = 1, #KEYS do
+  local n, admitted = #KEYS, true
+  -- The keys seen, for more than a few (fewer are compared pairwise: no table to build).
+  local seen
+  if n > 8 then
+    seen = {}
+  end
+  for i = 1, n do
     batch_at = i
     local key = KEYS[i]
     -- A key twice would be decided twice on the same state and written twice (the client refuses it).
-    if seen[key] then
-      error({err = 'ERR the key is in the request twice'})
+    if seen then
+      if seen[key] then
+        error({err = 'ERR the key is in the request twice'})
+      end
+      seen[key] = true
+    else
+      for j = 1, i - 1 do
+        if KEYS[j] == key then
+          error({err = 'ERR the key is in the request twice'})
+        end
+      end
     end
-    seen[key] = true
     local spec = spec_of(ARGV[i + 3])
     local code, a, b, c = spec[1], spec[3], spec[4], spec[5]
     local allowed, remaining, retry, reset, commit, carry
@@ -80,9 +93,15 @@ local function batch_decide(now, cost, reply, commits, carries, params)
   end
   return admitted
 end
+-- The reply, and each key's writes and spec (see batch_decide), kept from call to call by a
+-- function library (no tables to build and grow on each call): a call sets entries 1..#KEYS of
+-- COMMITS and CARRIES (of PARAMS for each GCRA key) before it reads any, and the entries past
+-- those are never read; it sets the reply's 4 × #KEYS + 1 values and ends it with a nil (Redis
+-- replies a table's values up to the first nil).
+local REPLY, COMMITS, CARRIES, PARAMS = {}, {}, {}, {}
 local function batch()
   local now, cost, peek = now_us(), num(ARGV[2]), ARGV[3] == '1'
-  local reply, commits, carries, params = {}, {}, {}, {}
+  local reply, commits, carries, params = REPLY, COMMITS, CARRIES, PARAMS
   local ok, admitted = pcall(batch_decide, now, cost, reply, commits, carries, params)
   if not ok then
     -- Redis 7 hands pcall the error's message; older versions the error table.
@@ -109,6 +128,7 @@ local function batch()
       end
     end
   end
-  reply[#reply + 1] = now
+  local n = #KEYS * 4
+  reply[n + 1], reply[n + 2] = now, nil
   return reply
 end
