@@ -172,10 +172,20 @@ async fn stored(conn: &mut MultiplexedConnection, model: &Model, key: &str) -> V
 /// capacity; explicit `now`s mostly forward, sometimes backwards; some peeks), every key's decision
 /// equals the core's `decide` on that key's state, and the keys' states move to the core's next
 /// states exactly when every enforcing key admitted (and it is not a peek), else stay as they were.
-/// A cost above an enforcing key's capacity is `Error::Cost` and writes nothing.
+/// A cost above an enforcing key's capacity is `Error::Cost` and writes nothing. By the function
+/// (`FCALL`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batch_decisions_equal_the_core_deciding_each_key_and_committing_all_or_nothing() {
-    let server = RedisServer::start();
+    decisions_equal_the_core(RedisServer::start()).await;
+}
+
+/// As above, by the script (`EVALSHA`): a server without `FCALL`, as Redis before 7.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn by_the_script_batch_decisions_equal_the_core() {
+    decisions_equal_the_core(RedisServer::start_with(&["--rename-command", "FCALL", ""])).await;
+}
+
+async fn decisions_equal_the_core(server: RedisServer) {
     let mut conn = raw(&server).await;
     let batch = batch(&server);
     let mut rng = StdRng::seed_from_u64(26);
@@ -525,6 +535,83 @@ async fn a_flushed_library_is_loaded_again() {
     assert_eq!(outcomes, [true, true, false]);
     let calls = command_calls(&mut conn).await;
     assert_eq!(calls.get("function|load"), Some(&3), "{calls:?}");
+    assert_eq!(calls.get("evalsha"), None, "{calls:?}");
+}
+
+/// The function library keeps tables and memos from call to call: a request after a longer one,
+/// after one that failed on a foreign key (WRONGTYPE, nothing written) or under another quota, is
+/// decided and replied on its own keys only, as by a fresh script.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_by_the_function_are_independent() {
+    let server = RedisServer::start();
+    let mut conn = raw(&server).await;
+    let batch = batch(&server);
+    let two = BatchLimit::for_quota::<Gcra>(Quota::per_second(2).unwrap()).unwrap();
+    let one = BatchLimit::for_quota::<Gcra>(Quota::per_second(1).unwrap()).unwrap();
+    let fixed = BatchLimit::for_quota::<FixedWindow>(Quota::per_second(1).unwrap()).unwrap();
+    let now = EPOCH_US * 1000;
+    let four = [
+        BatchKey::enforcing("{i}:a", &two),
+        BatchKey::shadow("{i}:b", &one),
+        BatchKey::enforcing("{i}:c", &fixed),
+        BatchKey::enforcing("{i}:d", &two),
+    ];
+    let decisions = batch.try_check_at(&four, now, 1).await.unwrap();
+    assert_eq!(decisions.len(), 4);
+    assert!(admitted(&four, &decisions));
+    // One key, after four: its own decision only (the reply ends after it).
+    let single = [BatchKey::enforcing("{i}:b", &two)];
+    let decisions = batch.try_check_at(&single, now, 1).await.unwrap();
+    assert_eq!(decisions.len(), 1);
+    // `b` was admitted under 1/s above (its one unit spent): carried over to 2/s as-is, nothing
+    // left to admit now.
+    assert!(!decisions[0].is_allowed(), "{decisions:?}");
+    // A foreign key in the middle: the call fails, the keys before and after it are not written.
+    let _: () = redis::cmd("RPUSH")
+        .arg("t:{i}:list")
+        .arg("x")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let failing = [
+        BatchKey::enforcing("{i}:e", &two),
+        BatchKey::enforcing("{i}:list", &two),
+        BatchKey::enforcing("{i}:f", &one),
+    ];
+    let e = batch.try_check_at(&failing, now, 1).await.unwrap_err();
+    assert!(
+        matches!(&e, Error::WrongType { key, .. } if key == "t:{i}:list"),
+        "{e:?}"
+    );
+    let exists: u64 = redis::cmd("EXISTS")
+        .arg(&["t:{i}:e", "t:{i}:f"])
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(exists, 0, "nothing written");
+    // Two keys after the failed call: both decided on their own (fresh) state and written.
+    let after = [
+        BatchKey::enforcing("{i}:e", &two),
+        BatchKey::enforcing("{i}:f", &one),
+    ];
+    let decisions = batch.try_check_at(&after, now, 1).await.unwrap();
+    assert_eq!(decisions.len(), 2);
+    assert_eq!(
+        decisions
+            .iter()
+            .map(Decision::remaining)
+            .collect::<Vec<_>>(),
+        [1, 0]
+    );
+    let exists: u64 = redis::cmd("EXISTS")
+        .arg(&["t:{i}:e", "t:{i}:f"])
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(exists, 2);
+    // All of it by the function.
+    let calls = command_calls(&mut conn).await;
+    assert_eq!(calls.get("fcall"), Some(&5), "{calls:?}");
     assert_eq!(calls.get("evalsha"), None, "{calls:?}");
 }
 
