@@ -4,8 +4,8 @@
 //! `EVALSHA` does. Where functions are not there to use (Redis before 7, an ACL or a renamed
 //! command that refuses `FCALL` or `FUNCTION LOAD`), the batch falls back to the script
 //! ([`BATCH`], by `EVALSHA`) for good; a call refused for memory (`OOM`: a function that may write
-//! is refused before it runs, where the script is refused only at its first write) goes by the
-//! script once. Both run the same Lua on the same arguments and reply the same.
+//! is refused before it runs, where the script is refused only at its first write), or on a
+//! read-only replica (`READONLY`, likewise), goes by the script once. Both run the same Lua on the same arguments and reply the same.
 
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -139,9 +139,10 @@ where
     result.map_err(|e| {
         if refused(&e) {
             Fallback::ForGood
-        } else if e.code() == Some("OOM") {
-            // Refused for memory before it ran: the script may still decide (a denial writes
-            // nothing; an admission is refused at its first write, as before).
+        } else if matches!(e.code(), Some("OOM" | "READONLY")) {
+            // Refused before it ran, for memory or on a read-only replica (a function that may
+            // write): the script may still decide (a peek or a denial writes nothing; an admission
+            // is refused at its first write, as before).
             Fallback::Once
         } else {
             Fallback::Error(e)

@@ -538,6 +538,43 @@ async fn a_flushed_library_is_loaded_again() {
     assert_eq!(calls.get("evalsha"), None, "{calls:?}");
 }
 
+/// On a read-only replica the server refuses `FCALL` of a function that may write before it runs,
+/// where the script is refused only at its first write: a peek (no write) is still answered there,
+/// by the script, as before functions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_replica_a_peek_is_still_answered() {
+    let primary = RedisServer::start();
+    let replica = RedisServer::start_replica_of(primary.port);
+    let on_primary = batch(&primary);
+    let on_replica = batch(&replica);
+    let limit = BatchLimit::for_quota::<Gcra>(Quota::per_second(2).unwrap()).unwrap();
+    let keys = [BatchKey::enforcing("{r}:a", &limit)];
+    let now = EPOCH_US * 1000;
+    let peeked = on_replica.try_peek_at(&keys, now, 1).await.unwrap();
+    assert!(admitted(&keys, &peeked));
+    let e = on_replica.try_check_at(&keys, now, 1).await.unwrap_err();
+    assert!(
+        matches!(&e, Error::Redis(r) if r.code() == Some("READONLY")),
+        "{e:?}"
+    );
+    // The primary still goes by its function, and its write reaches the replica.
+    assert!(admitted(
+        &keys,
+        &on_primary.try_check_at(&keys, now, 1).await.unwrap()
+    ));
+    let mut conn = raw(&primary).await;
+    let _: i64 = redis::cmd("WAIT")
+        .arg(1)
+        .arg(5000)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let peeked = on_replica.try_peek_at(&keys, now, 2).await.unwrap();
+    assert!(!admitted(&keys, &peeked), "{peeked:?}");
+    let calls = command_calls(&mut conn).await;
+    assert_eq!(calls.get("evalsha"), None, "{calls:?}");
+}
+
 /// The function library keeps tables and memos from call to call: a request after a longer one,
 /// after one that failed on a foreign key (WRONGTYPE, nothing written) or under another quota, is
 /// decided and replied on its own keys only, as by a fresh script.
