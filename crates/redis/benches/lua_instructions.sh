@@ -6,9 +6,9 @@
 #   crates/redis/benches/lua_instructions.sh [REV ...]
 #
 # Each REV (a git revision; `worktree`, the default, is the working tree) is measured with the
-# fleet's request (results/fleet: 3 GCRA keys per call, cost 1, the server's TIME), in two
-# scenarios: `expired` (the fleet's quotas, 1 000 000/s: every admission's TTL is 1 ms, so the keys
-# are mostly gone or fresh when read again) and `live` (1000/s, 100 s of burst: each key holds a TAT
+# fleet's request (results/fleet: 3 GCRA keys per call, cost 1, the server's TIME; the keys and
+# parameters tollgate-server sends there), in two scenarios: `expired` (the fleet's quotas,
+# 1 000 000/s: every admission's TTL is 1 ms, so the keys are mostly gone or fresh when read again) and `live` (1000/s, 100 s of burst: each key holds a TAT
 # ahead of now when read, and is rewritten). Per REV the batch script by EVALSHA, and where the
 # revision has the function library (crates/redis/src/function.rs), the same batch by FCALL. The
 # scripts and the library are built from the REV's Lua files as crates/redis/src/scripts.rs and
@@ -72,7 +72,9 @@ measure() {
   echo $((ir / N))
 }
 
-KEYS='tollgate:edge:per_ip:10.0.0.__rand_int__ tollgate:edge:per_ip_path:10.0.0.__rand_int__:/api/items tollgate:edge:global'
+# The keys tollgate-server sends for results/fleet's three descriptors (as MONITOR shows them; the
+# client address cycles over 100, here a random one of 100).
+KEYS='tollgate:edge:per_ip:gcra:10.0.0.__rand_int__ tollgate:edge:per_ip_path:gcra:0800000031302e302e302e__rand_int__0a0000002f6170692f6974656d73 tollgate:edge:global:gcra:'
 
 printf '%-12s %-8s %-8s %s\n' revision command scenario instructions/call
 for rev in "${@:-worktree}"; do
@@ -96,7 +98,7 @@ for rev in "${@:-worktree}"; do
   fi
   for scenario in $SCENARIOS; do
     case $scenario in
-      expired) params=('1,1,100000' '1,1,100000' '1,1,1000000') ;;
+      expired) params=('1,1,1000000' '1,1,1000000' '1,1,1000000') ;;
       live) params=('1,1000,100000000' '1,1000,100000000' '1,1000,100000000') ;;
       *) echo "unknown scenario $scenario" >&2; exit 2 ;;
     esac
