@@ -29,8 +29,17 @@ local function tat_ahead(key, raw, now, per_us)
     -- TAT - now = d × 1000 + ns <= -1000 + 999 < 0.
     return 0
   end
-  -- A TAT between two units (never written by the core for this quota) reads as the later one.
-  local ahead = d * per_us + cdiv(tonum(ns), 1000 / per_us)
+  -- A TAT between two units (never written by the core for this quota) reads as the later one. A
+  -- unit of 1000 ns (per_us 1): one more unit unless the ns part (digits) is 0, no number to parse.
+  local ahead
+  if per_us == 1 then
+    ahead = d
+    if ns ~= '000' and find(ns, '[1-9]') then
+      ahead = d + 1
+    end
+  else
+    ahead = d * per_us + cdiv(tonum(ns), 1000 / per_us)
+  end
   if ahead > AHEAD_MAX then
     -- Writes put the TAT at most a depth (< 2^51 units) ahead; this is not a clock gone backwards.
     corrupt(key, 'TAT ' .. raw .. ' is more than 2^52 units of ' .. str(1000 / per_us) .. ' ns ahead of now')
