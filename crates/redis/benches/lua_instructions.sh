@@ -8,12 +8,13 @@
 # Each REV (a git revision; `worktree`, the default, is the working tree) is measured with the
 # fleet's request (results/fleet: 3 GCRA keys per call, cost 1, the server's TIME; the keys and
 # parameters tollgate-server sends there), in two scenarios: `expired` (the fleet's quotas,
-# 1 000 000/s: every admission's TTL is 1 ms, so the keys are mostly gone or fresh when read again) and `live` (1000/s, 100 s of burst: each key holds a TAT
-# ahead of now when read, and is rewritten). Per REV the batch script by EVALSHA, and where the
-# revision has the function library (crates/redis/src/function.rs), the same batch by FCALL. The
-# scripts and the library are built from the REV's Lua files as crates/redis/src/scripts.rs and
-# function.rs build them, with the arguments batch.rs sends (one spec per key where batch.lua
-# reads specs, else five values per key).
+# 1 000 000/s: every admission's TTL is 1 ms, so the keys are mostly gone or fresh when read
+# again) and `live` (1000/s, 100 s of burst: each admission puts the TAT 1 ms further, so the keys
+# are there when read, a state to parse and compare, then rewritten). Per REV the batch script by
+# EVALSHA, and where the revision has the function library (crates/redis/src/function.rs), the
+# same batch by FCALL. The scripts and the library are built from the REV's Lua files as
+# crates/redis/src/scripts.rs and function.rs build them, with the arguments batch.rs sends (one
+# spec per key where batch.lua reads specs, else five values per key).
 #
 # Env: N (calls counted, default 2000, after 500 uncounted), SCENARIOS (default "expired live").
 # Needs redis-server, redis-cli, redis-benchmark, valgrind (callgrind_control), python3.
@@ -93,7 +94,8 @@ for rev in "${@:-worktree}"; do
     {
       printf '#!lua name=tollgate_%s\nlocal KEYS, ARGV\n' "$version"
       cat "$definitions"
-      printf "redis.register_function('tollgate_batch_%s', function(keys, args)\n  KEYS, ARGV = keys, args\n  return batch()\nend)\n" "$version"
+      printf "redis.register_function('tollgate_batch_%s', function(keys, args)\n" "$version"
+      printf '  KEYS, ARGV = keys, args\n  return batch()\nend)\n'
     } >"$library"
   fi
   for scenario in $SCENARIOS; do
@@ -109,11 +111,13 @@ for rev in "${@:-worktree}"; do
       for p in "${params[@]}"; do args+=(g 1 ${p//,/ }); done
     fi
     # shellcheck disable=SC2086
-    per_call=$(measure redis-cli -p @PORT@ -x script load -- evalsha "$sha" 3 $KEYS "" 1 0 "${args[@]}" <"$script")
+    per_call=$(measure redis-cli -p @PORT@ -x script load -- \
+      evalsha "$sha" 3 $KEYS "" 1 0 "${args[@]}" <"$script")
     printf '%-12s %-8s %-8s %s\n' "$rev" evalsha "$scenario" "$per_call"
     if [ -n "$library" ]; then
       # shellcheck disable=SC2086
-      per_call=$(measure redis-cli -p @PORT@ -x function load replace -- fcall "tollgate_batch_${sha:0:16}" 3 $KEYS "" 1 0 "${args[@]}" <"$library")
+      per_call=$(measure redis-cli -p @PORT@ -x function load replace -- \
+        fcall "tollgate_batch_${sha:0:16}" 3 $KEYS "" 1 0 "${args[@]}" <"$library")
       printf '%-12s %-8s %-8s %s\n' "$rev" fcall "$scenario" "$per_call"
     fi
   done

@@ -5,7 +5,8 @@
 //! command that refuses `FCALL` or `FUNCTION LOAD`), the batch falls back to the script
 //! ([`BATCH`], by `EVALSHA`) for good; a call refused for memory (`OOM`: a function that may write
 //! is refused before it runs, where the script is refused only at its first write), or on a
-//! read-only replica (`READONLY`, likewise), goes by the script once. Both run the same Lua on the same arguments and reply the same.
+//! read-only replica (`READONLY`, likewise), goes by the script once. Both run the same Lua on
+//! the same arguments and reply the same.
 
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicBool, Ordering};
