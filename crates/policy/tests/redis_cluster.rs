@@ -56,7 +56,8 @@ fn settings(hash_tag: Option<&str>) -> RedisSettings {
     }
 }
 
-/// `evalsha` calls over every master.
+/// Script calls over every master: `evalsha` and `fcall` (a batch goes by FCALL on Redis 7 and
+/// later, by EVALSHA before).
 fn evalsha(cluster: &RedisCluster) -> u64 {
     cluster
         .live_ports()
@@ -64,9 +65,13 @@ fn evalsha(cluster: &RedisCluster) -> u64 {
         .map(|port| {
             info(port, "commandstats")
                 .lines()
-                .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-                .and_then(|rest| rest.split(',').next())
-                .map_or(0, |n| n.parse().unwrap())
+                .filter_map(|l| {
+                    l.strip_prefix("cmdstat_evalsha:calls=")
+                        .or_else(|| l.strip_prefix("cmdstat_fcall:calls="))
+                })
+                .filter_map(|rest| rest.split(',').next())
+                .map(|n| n.parse::<u64>().unwrap())
+                .sum::<u64>()
         })
         .sum()
 }

@@ -68,7 +68,8 @@ async fn field(conn: &mut MultiplexedConnection, key: &str, name: &str) -> u64 {
 }
 
 /// Round trips the server has answered so far: the calls of the commands a client sends to run a
-/// script (`EVALSHA`, `EVAL`, `SCRIPT LOAD`, ...: the only ones the policy sends). INFO
+/// script or a function (`EVALSHA`, `EVAL`, `SCRIPT LOAD`, `FCALL`, `FUNCTION LOAD`, ...: the only
+/// ones the policy sends). INFO
 /// commandstats also counts the commands a script runs inside (GET, HSET, ...), which are no round
 /// trips, so those are left out.
 async fn round_trips(conn: &mut MultiplexedConnection) -> u64 {
@@ -79,9 +80,14 @@ async fn round_trips(conn: &mut MultiplexedConnection) -> u64 {
         .unwrap();
     info.lines()
         .filter(|l| {
-            ["cmdstat_eval", "cmdstat_script", "cmdstat_fcall"]
-                .iter()
-                .any(|p| l.starts_with(p))
+            [
+                "cmdstat_eval",
+                "cmdstat_script",
+                "cmdstat_fcall",
+                "cmdstat_function",
+            ]
+            .iter()
+            .any(|p| l.starts_with(p))
         })
         .map(|l| {
             let calls = l.split("calls=").nth(1).unwrap();

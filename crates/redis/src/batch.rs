@@ -13,9 +13,10 @@ use crate::config::RedisConfig;
 use crate::durable::Durability;
 use crate::encoding::RedisEncoding;
 use crate::error::Error;
+use crate::function::BatchCall;
 use crate::limiter::RedisLimiter;
 use crate::params::ScriptParams;
-use crate::scripts::{self, BATCH, Reply};
+use crate::scripts::{self, Reply};
 
 mod sealed {
     /// The batch script's name for an algorithm's `*_decide` function.
@@ -176,7 +177,8 @@ impl<'a> BatchKey<'a> {
 
 /// Decides several keys, each against its own [`BatchLimit`] (any mix of GCRA, leaky bucket, fixed
 /// and sliding window, each with its own quota), as **one request in one atomic script call** (one
-/// `EVALSHA`, one round trip, whatever the number of keys).
+/// `FCALL` of a function library loaded once per server, or on Redis before 7, or where functions
+/// are refused, one `EVALSHA`: one round trip, whatever the number of keys).
 ///
 /// * Every key is decided first, at one `now`, for the same `cost`, on the state it holds, by the
 ///   same Lua function as its single-key [`RedisLimiter`] script: each key's [`Decision`] is what
@@ -244,6 +246,8 @@ pub struct RedisBatch<C = ConnectionManager> {
     pub(crate) durability: Option<Durability>,
     /// Split a request across slot groups ([`with_slot_groups`](Self::with_slot_groups)).
     pub(crate) split: bool,
+    /// `FCALL` or `EVALSHA` (shared by the clones).
+    pub(crate) via: Arc<BatchCall>,
 }
 
 /// Whether a batch's request was admitted: every enforcing key's decision is allowed (`keys` and
@@ -264,6 +268,7 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisBatch<C> {
             config,
             durability: None,
             split: false,
+            via: Arc::default(),
         }
     }
 
@@ -465,23 +470,30 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisBatch<C> {
         peek: bool,
     ) -> Result<(Vec<i64>, Nanos), Error> {
         let mut conn = self.conn.clone();
-        let mut call = BATCH.prepare_invoke();
-        call.arg(scripts::time_arg(&self.config, now))
-            .arg(cost)
-            .arg(if peek { "1" } else { "0" });
-        for k in sent {
-            call.key(self.config.key(k.key))
-                .arg(k.limit.kind.code())
-                .arg(if k.enforcing { "1" } else { "0" });
-            for a in k.limit.params.args() {
-                call.arg(a.as_str());
-            }
-        }
-        let mut reply: Vec<i64> =
-            tokio::time::timeout(self.config.timeout(), call.invoke_async(&mut conn))
-                .await
-                .map_err(|_| Error::Timeout(self.config.timeout()))?
-                .map_err(|e| self.classify(e, sent))?;
+        let keys: Vec<String> = sent.iter().map(|k| self.config.key(k.key)).collect();
+        let mut args = Vec::with_capacity(3 + sent.len());
+        args.extend([
+            scripts::time_arg(&self.config, now),
+            cost.to_string(),
+            if peek { "1" } else { "0" }.to_owned(),
+        ]);
+        // Per key its spec: the algorithm, enforcing (1/0), then its parameters joined by ',' (its
+        // quota tag), as batch.lua reads it.
+        args.extend(sent.iter().map(|k| {
+            let enforcing = if k.enforcing { "1" } else { "0" };
+            format!(
+                "{}{enforcing}{}",
+                k.limit.kind.code(),
+                k.limit.params.quota_tag()
+            )
+        }));
+        let mut reply: Vec<i64> = tokio::time::timeout(
+            self.config.timeout(),
+            self.via.invoke(&mut conn, &keys, &args),
+        )
+        .await
+        .map_err(|_| Error::Timeout(self.config.timeout()))?
+        .map_err(|e| self.classify(e, sent))?;
         // Four values per key, then the instant decided at (µs).
         if reply.len() != sent.len() * 4 + 1 {
             return Err(short(&reply, sent));
@@ -567,7 +579,8 @@ fn short(raw: &[i64], sent: &[&BatchKey<'_>]) -> Error {
 mod tests {
     use super::*;
 
-    /// The batch script reads exactly three parameters per key after its algorithm and flag.
+    /// The batch script reads exactly three parameters per key after its algorithm and flag (its
+    /// spec: `<algorithm><0/1><a>,<b>,<c>`).
     #[test]
     fn every_batch_algorithm_sends_three_parameters() {
         let quota = Quota::per_second(3).unwrap();

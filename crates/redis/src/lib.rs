@@ -7,8 +7,10 @@
 //!   [`SlidingWindow`](tollgate_core::SlidingWindow)); cost `n`, peek and refund.
 //! * [`RedisBatch`]: several keys, each with its own algorithm and quota ([`BatchLimit`]), decided
 //!   as one request in one atomic script call: every key checked first, every admission written
-//!   only if every enforcing key admits (shadow keys report, never deny). One `EVALSHA` per
-//!   request, whatever the number of keys; all keys on one node (one hash slot on a cluster).
+//!   only if every enforcing key admits (shadow keys report, never deny). One `FCALL` per
+//!   request (of a function library loaded once per server; one `EVALSHA` on Redis before 7 or
+//!   where functions are refused), whatever the number of keys; all keys on one node (one hash
+//!   slot on a cluster).
 //!   Optionally durable ([`Durability`]): an admission is answered once replicas confirm it
 //!   (`WAIT`), or as [`Error::NotReplicated`].
 //! * [`LeasedLimiter`]: each instance leases up to `k` units of a shared GCRA bucket per call and
@@ -134,6 +136,7 @@ mod durable;
 mod encoding;
 mod error;
 mod faults;
+mod function;
 mod inflight;
 mod lease;
 mod limiter;

@@ -37,7 +37,8 @@ pub(crate) static BATCH: LazyLock<Script> = lua!(
     "tat.lua",
     "fixed_window_decide.lua",
     "sliding_window_decide.lua",
-    "batch.lua"
+    "batch.lua",
+    "batch_eval.lua"
 );
 pub(crate) static GCRA_REFUND: LazyLock<Script> =
     lua!("tat.lua", "tat_settle.lua", "gcra_refund.lua");

@@ -172,10 +172,20 @@ async fn stored(conn: &mut MultiplexedConnection, model: &Model, key: &str) -> V
 /// capacity; explicit `now`s mostly forward, sometimes backwards; some peeks), every key's decision
 /// equals the core's `decide` on that key's state, and the keys' states move to the core's next
 /// states exactly when every enforcing key admitted (and it is not a peek), else stay as they were.
-/// A cost above an enforcing key's capacity is `Error::Cost` and writes nothing.
+/// A cost above an enforcing key's capacity is `Error::Cost` and writes nothing. By the function
+/// (`FCALL`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batch_decisions_equal_the_core_deciding_each_key_and_committing_all_or_nothing() {
-    let server = RedisServer::start();
+    decisions_equal_the_core(RedisServer::start()).await;
+}
+
+/// As above, by the script (`EVALSHA`): a server without `FCALL`, as Redis before 7.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn by_the_script_batch_decisions_equal_the_core() {
+    decisions_equal_the_core(RedisServer::start_with(&["--rename-command", "FCALL", ""])).await;
+}
+
+async fn decisions_equal_the_core(server: RedisServer) {
     let mut conn = raw(&server).await;
     let batch = batch(&server);
     let mut rng = StdRng::seed_from_u64(26);
@@ -404,13 +414,14 @@ impl Monitor {
 }
 
 /// One request of four keys (every algorithm), admitted or denied, is one Redis command: one
-/// `EVALSHA` in `INFO commandstats` (no `EVAL`, no `SCRIPT LOAD`; the other commands counted there
-/// are the script's own, which `MONITOR` shows tagged `lua`), and nothing else a client sent.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_request_is_one_evalsha() {
-    let server = RedisServer::start();
-    let mut conn = raw(&server).await;
-    let batch = batch(&server);
+/// `FCALL` of the batch's function (loaded once per server), or where the server refuses functions
+/// one `EVALSHA`, in `INFO commandstats` (no other way in: no `EVAL`, no `SCRIPT LOAD`, no
+/// `FUNCTION LOAD`; the other commands counted there are the batch's own, which `MONITOR` shows
+/// tagged `lua`), and nothing else a client sent. The decisions are the same either way.
+async fn one_request_is_one(server: &RedisServer, url: &str, command: &str) {
+    let mut conn = raw(server).await;
+    let cfg = config();
+    let batch = RedisBatch::new(connect(url, &cfg).unwrap(), cfg);
     let quota = Quota::per_second(2).unwrap();
     let limits = [
         BatchLimit::new(&Gcra::from_quota(quota).unwrap()).unwrap(),
@@ -425,12 +436,11 @@ async fn one_request_is_one_evalsha() {
         .map(|(k, l)| BatchKey::enforcing(k, l))
         .collect();
     let now = EPOCH_US * 1000;
-    // The first call loads the script (NOSCRIPT, SCRIPT LOAD, EVALSHA).
-    assert!(admitted(
-        &keys,
-        &batch.try_check_at(&keys, now, 1).await.unwrap()
-    ));
-    let mut monitor = Monitor::start(&server);
+    // The first call loads the library (FCALL, FUNCTION LOAD, FCALL) or the script (NOSCRIPT,
+    // SCRIPT LOAD, EVALSHA), or finds functions refused.
+    let first = batch.try_check_at(&keys, now, 1).await.unwrap();
+    assert!(admitted(&keys, &first));
+    let mut monitor = Monitor::start(server);
     let mut outcomes = Vec::new();
     for round in 0..3 {
         let before = command_calls(&mut conn).await;
@@ -444,18 +454,245 @@ async fn one_request_is_one_evalsha() {
             .unwrap();
         outcomes.push(admitted(&keys, &decisions));
         let delta = |name: &str| after.get(name).unwrap_or(&0) - before.get(name).unwrap_or(&0);
-        assert_eq!(
-            (delta("evalsha"), delta("eval"), delta("script|load")),
-            (1, 0, 0),
-            "{decisions:?}"
-        );
-        // What a client sent since the last marker, the test's INFOs aside: the batch's EVALSHA.
+        let counts = ["fcall", "evalsha", "eval", "script|load", "function|load"].map(delta);
+        let want = ["fcall", "evalsha", "eval", "script|load", "function|load"]
+            .map(|name| u64::from(name == command));
+        assert_eq!(counts, want, "{decisions:?}");
+        // What a client sent since the last marker, the test's INFOs aside: the batch's command.
         let mut sent = monitor.client_commands_until(&marker);
         sent.retain(|name| name != "info");
-        assert_eq!(sent, ["evalsha"], "round {round}");
+        assert_eq!(sent, [command], "round {round}");
     }
     // The second of quota 2 passed, then the third was denied: both outcomes were counted.
     assert_eq!(outcomes, [true, false, false]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_request_is_one_fcall() {
+    let server = RedisServer::start();
+    one_request_is_one(&server, &server.url(), "fcall").await;
+}
+
+/// Redis before 7 has no `FCALL`: as a server whose `FCALL` is renamed away, the batch goes by
+/// `EVALSHA` from the first call on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_fcall_one_request_is_one_evalsha() {
+    let server = RedisServer::start_with(&["--rename-command", "FCALL", ""]);
+    one_request_is_one(&server, &server.url(), "evalsha").await;
+}
+
+/// `FUNCTION` renamed away (FCALL known, the library never loaded): `EVALSHA`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_function_load_one_request_is_one_evalsha() {
+    let server = RedisServer::start_with(&["--rename-command", "FUNCTION", ""]);
+    one_request_is_one(&server, &server.url(), "evalsha").await;
+}
+
+/// A user whose ACL refuses `FCALL` and `FUNCTION` (NOPERM): `EVALSHA`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_refused_functions_gets_one_evalsha_per_request() {
+    let server = RedisServer::start();
+    let mut conn = raw(&server).await;
+    let _: () = redis::cmd("ACL")
+        .arg(&[
+            "SETUSER",
+            "nofn",
+            "on",
+            ">pw",
+            "~*",
+            "&*",
+            "+@all",
+            "-fcall",
+            "-function",
+        ])
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let url = format!("redis://nofn:pw@127.0.0.1:{}/", server.port);
+    one_request_is_one(&server, &url, "evalsha").await;
+}
+
+/// The library gone from the server (a restart without persistence, `FUNCTION FLUSH`): the next
+/// call loads it again and decides on the state as it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flushed_library_is_loaded_again() {
+    let server = RedisServer::start();
+    let mut conn = raw(&server).await;
+    let batch = batch(&server);
+    let limit = BatchLimit::for_quota::<Gcra>(Quota::per_second(2).unwrap()).unwrap();
+    let keys = [BatchKey::enforcing("{f}:a", &limit)];
+    let now = EPOCH_US * 1000;
+    let mut outcomes = Vec::new();
+    for _ in 0..3 {
+        let _: () = redis::cmd("FUNCTION")
+            .arg("FLUSH")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let decisions = batch.try_check_at(&keys, now, 1).await.unwrap();
+        outcomes.push(admitted(&keys, &decisions));
+    }
+    assert_eq!(outcomes, [true, true, false]);
+    let calls = command_calls(&mut conn).await;
+    assert_eq!(calls.get("function|load"), Some(&3), "{calls:?}");
+    assert_eq!(calls.get("evalsha"), None, "{calls:?}");
+}
+
+/// On a read-only replica the server refuses `FCALL` of a function that may write before it runs,
+/// where the script is refused only at its first write: a peek (no write) is still answered there,
+/// by the script, as before functions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_replica_a_peek_is_still_answered() {
+    let primary = RedisServer::start();
+    let replica = RedisServer::start_replica_of(primary.port);
+    let on_primary = batch(&primary);
+    let on_replica = batch(&replica);
+    let limit = BatchLimit::for_quota::<Gcra>(Quota::per_second(2).unwrap()).unwrap();
+    let keys = [BatchKey::enforcing("{r}:a", &limit)];
+    let now = EPOCH_US * 1000;
+    let peeked = on_replica.try_peek_at(&keys, now, 1).await.unwrap();
+    assert!(admitted(&keys, &peeked));
+    let e = on_replica.try_check_at(&keys, now, 1).await.unwrap_err();
+    assert!(
+        matches!(&e, Error::Redis(r) if r.code() == Some("READONLY")),
+        "{e:?}"
+    );
+    // The primary still goes by its function, and its write reaches the replica.
+    assert!(admitted(
+        &keys,
+        &on_primary.try_check_at(&keys, now, 1).await.unwrap()
+    ));
+    let mut conn = raw(&primary).await;
+    let _: i64 = redis::cmd("WAIT")
+        .arg(1)
+        .arg(5000)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let peeked = on_replica.try_peek_at(&keys, now, 2).await.unwrap();
+    assert!(!admitted(&keys, &peeked), "{peeked:?}");
+    let calls = command_calls(&mut conn).await;
+    assert_eq!(calls.get("evalsha"), None, "{calls:?}");
+}
+
+/// The function library keeps tables and memos from call to call: a request after a longer one,
+/// after one that failed on a foreign key (WRONGTYPE, nothing written) or under another quota, is
+/// decided and replied on its own keys only, as by a fresh script.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_by_the_function_are_independent() {
+    let server = RedisServer::start();
+    let mut conn = raw(&server).await;
+    let batch = batch(&server);
+    let two = BatchLimit::for_quota::<Gcra>(Quota::per_second(2).unwrap()).unwrap();
+    let one = BatchLimit::for_quota::<Gcra>(Quota::per_second(1).unwrap()).unwrap();
+    let fixed = BatchLimit::for_quota::<FixedWindow>(Quota::per_second(1).unwrap()).unwrap();
+    let now = EPOCH_US * 1000;
+    let four = [
+        BatchKey::enforcing("{i}:a", &two),
+        BatchKey::shadow("{i}:b", &one),
+        BatchKey::enforcing("{i}:c", &fixed),
+        BatchKey::enforcing("{i}:d", &two),
+    ];
+    let decisions = batch.try_check_at(&four, now, 1).await.unwrap();
+    assert_eq!(decisions.len(), 4);
+    assert!(admitted(&four, &decisions));
+    // One key, after four: its own decision only (the reply ends after it).
+    let single = [BatchKey::enforcing("{i}:b", &two)];
+    let decisions = batch.try_check_at(&single, now, 1).await.unwrap();
+    assert_eq!(decisions.len(), 1);
+    // `b` was admitted under 1/s above (its one unit spent): carried over to 2/s as-is, nothing
+    // left to admit now.
+    assert!(!decisions[0].is_allowed(), "{decisions:?}");
+    // A foreign key in the middle: the call fails, the keys before and after it are not written.
+    let _: () = redis::cmd("RPUSH")
+        .arg("t:{i}:list")
+        .arg("x")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let failing = [
+        BatchKey::enforcing("{i}:e", &two),
+        BatchKey::enforcing("{i}:list", &two),
+        BatchKey::enforcing("{i}:f", &one),
+    ];
+    let e = batch.try_check_at(&failing, now, 1).await.unwrap_err();
+    assert!(
+        matches!(&e, Error::WrongType { key, .. } if key == "t:{i}:list"),
+        "{e:?}"
+    );
+    let exists: u64 = redis::cmd("EXISTS")
+        .arg(&["t:{i}:e", "t:{i}:f"])
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(exists, 0, "nothing written");
+    // Two keys after the failed call: both decided on their own (fresh) state and written.
+    let after = [
+        BatchKey::enforcing("{i}:e", &two),
+        BatchKey::enforcing("{i}:f", &one),
+    ];
+    let decisions = batch.try_check_at(&after, now, 1).await.unwrap();
+    assert_eq!(decisions.len(), 2);
+    assert_eq!(
+        decisions
+            .iter()
+            .map(Decision::remaining)
+            .collect::<Vec<_>>(),
+        [1, 0]
+    );
+    let exists: u64 = redis::cmd("EXISTS")
+        .arg(&["t:{i}:e", "t:{i}:f"])
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(exists, 2);
+    // All of it by the function.
+    let calls = command_calls(&mut conn).await;
+    assert_eq!(calls.get("fcall"), Some(&5), "{calls:?}");
+    assert_eq!(calls.get("evalsha"), None, "{calls:?}");
+}
+
+/// Over `maxmemory` (noeviction) the server refuses `FCALL` of a function that may write before it
+/// runs, where the script was refused only at its first write: the batch then goes by the script,
+/// so that a denial (which writes nothing) is still answered, and an admission is refused as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_maxmemory_a_denial_is_still_answered() {
+    let server = RedisServer::start();
+    let mut conn = raw(&server).await;
+    let batch = batch(&server);
+    let limit = BatchLimit::for_quota::<Gcra>(Quota::per_second(1).unwrap()).unwrap();
+    let spent = [BatchKey::enforcing("{m}:spent", &limit)];
+    let now = EPOCH_US * 1000;
+    assert!(admitted(
+        &spent,
+        &batch.try_check_at(&spent, now, 1).await.unwrap()
+    ));
+    let _: () = redis::cmd("CONFIG")
+        .arg(&["SET", "maxmemory", "1", "maxmemory-policy", "noeviction"])
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let denied = batch.try_check_at(&spent, now, 1).await.unwrap();
+    assert!(!admitted(&spent, &denied), "{denied:?}");
+    let fresh = [BatchKey::enforcing("{m}:fresh", &limit)];
+    let refused = batch.try_check_at(&fresh, now, 1).await.unwrap_err();
+    assert!(refused.to_string().contains("OOM"), "{refused}");
+    let _: () = redis::cmd("CONFIG")
+        .arg(&["SET", "maxmemory", "0"])
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    // Functions were not given up: the next call goes by FCALL again.
+    let before = command_calls(&mut conn).await;
+    assert!(admitted(
+        &fresh,
+        &batch.try_check_at(&fresh, now, 1).await.unwrap()
+    ));
+    let after = command_calls(&mut conn).await;
+    assert_eq!(
+        after.get("fcall").unwrap_or(&0) - before.get("fcall").unwrap_or(&0),
+        1
+    );
 }
 
 /// The key's DUMP and PTTL (`None`: absent), to check that nothing was written.

@@ -171,8 +171,9 @@ async fn three_descriptors(
 
 /// The shape results/fleet measures: three rules, one per descriptor, and three descriptors per
 /// call as Envoy sends them for a route with three `rate_limits` actions. Every call after the
-/// first (which loads the script) is exactly one Redis command, an EVALSHA, admitted or not
-/// (issue 26's goal): tollgate-policy decides the call's descriptors in one batch.
+/// first (which loads the batch's function library) is exactly one Redis command, an FCALL (an
+/// EVALSHA on Redis before 7), admitted or not (issue 26's goal): tollgate-policy decides the
+/// call's descriptors in one batch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_with_three_rules_and_three_descriptors_is_one_redis_command() {
     let redis = RedisServer::start();
@@ -204,7 +205,7 @@ period = "1h"
     );
     let server = Server::start(&temp_dir("descriptors-one-command"), &config);
     let mut client = server.client().await;
-    // The first call connects and loads the script (NOSCRIPT, SCRIPT LOAD, EVALSHA and what the
+    // The first call connects and loads the library (FCALL, FUNCTION LOAD, FCALL and what the
     // client sends on connecting).
     assert_eq!(three_descriptors(&mut client, "10.0.0.0").await, (true, 3));
     let mut monitor = Monitor::start(redis.port);
@@ -220,6 +221,6 @@ period = "1h"
             (admitted, 3),
             "call {i}"
         );
-        assert_eq!(monitor.since(), ["evalsha"], "call {i}");
+        assert_eq!(monitor.since(), ["fcall"], "call {i}");
     }
 }

@@ -57,7 +57,8 @@ period = "1h"
     )
 }
 
-/// `evalsha` calls over every node.
+/// Script calls over every node: `evalsha` and `fcall` (a batch goes by FCALL on Redis 7 and
+/// later, by EVALSHA before).
 fn evalsha(cluster: &RedisCluster) -> u64 {
     cluster
         .live_ports()
@@ -65,9 +66,13 @@ fn evalsha(cluster: &RedisCluster) -> u64 {
         .map(|port| {
             info(port, "commandstats")
                 .lines()
-                .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-                .and_then(|rest| rest.split(',').next())
-                .map_or(0, |n| n.parse().unwrap())
+                .filter_map(|l| {
+                    l.strip_prefix("cmdstat_evalsha:calls=")
+                        .or_else(|| l.strip_prefix("cmdstat_fcall:calls="))
+                })
+                .filter_map(|rest| rest.split(',').next())
+                .map(|n| n.parse::<u64>().unwrap())
+                .sum::<u64>()
         })
         .sum()
 }

@@ -1,8 +1,12 @@
--- Several keys decided as one request. KEYS[1..n]: the keys (all on one node; one hash slot on
--- Redis Cluster). ARGV: now_us or '', cost, peek (0/1), then per key, in order, five values: its
+-- Several keys decided as one request: `batch`, called once per request by the batch script
+-- (batch_eval.lua, run by EVALSHA) or by the function library's function (FCALL; see
+-- crates/redis/src/function.rs). KEYS[1..n]: the keys (all on one node; one hash slot on Redis
+-- Cluster). ARGV: now_us or '', cost, peek (0/1), then per key, in order, one value, its spec: its
 -- algorithm ('g': GCRA and the leaky bucket, 'f': fixed window, 's': sliding window), enforcing
--- (1, or 0 for a shadow key), and the algorithm's three parameters, as that algorithm's single-key
--- script takes them.
+-- ('1', or '0' for a shadow key), and the algorithm's three parameters as that algorithm's
+-- single-key script takes them, joined by ',' (which is the quota tag its state is stored with):
+-- 'g1' .. '1,1,100000'. One value, not five: fewer arguments for Redis to hand over, and the same
+-- spec for every call of a rule, which a function library parses once (a memo).
 -- Every key is decided first, at one `now`, on the state it holds, by the same `*_decide` function
 -- as its single-key script (reads only); then, unless this is a peek, every key's admission is
 -- written only if every enforcing key admitted (a shadow key never denies the request, and its
@@ -12,48 +16,119 @@
 -- Reply: four integers per key, in order, as its single-key script replies: {allowed, remaining,
 -- retry_after, reset_after} in that algorithm's unit, -1 = never; then the `now` every key was
 -- decided at, in µs (what a reservation settles against).
-local ALGORITHMS = {g = gcra_decide, f = fixed_window_decide, s = sliding_window_decide}
-local now, cost, peek = now_us(), tonumber(ARGV[2]), ARGV[3] == '1'
-local reply, commits, carries, admitted, seen = {}, {}, {}, true, {}
-for i = 1, #KEYS do
-  -- A key twice would be decided twice on the same state and written twice (the client refuses it).
-  if seen[KEYS[i]] then
-    error({err = 'TOLLGATE_KEY ' .. i .. ' ERR the key is in the request twice'})
+local WINDOWS = {f = fixed_window_decide, s = sliding_window_decide}
+-- The position of the key being decided, for the error that names it.
+local batch_at = 0
+-- Key specs parsed, by the spec (a memo, as those in the prelude).
+local SPECS, SPECS_N = {}, 0
+local function spec_of(spec)
+  -- {algorithm, enforcing (a boolean), the three parameters, the quota tag} of a key's spec. The
+  -- tag is the parameters as sent (the client sends plain digits: quota_tag of their numbers).
+  local e = SPECS[spec]
+  if e then
+    return e
   end
-  seen[KEYS[i]] = true
-  local at = 4 + (i - 1) * 5
-  local decide = ALGORITHMS[ARGV[at]]
-  if decide == nil then
-    error({err = 'TOLLGATE_KEY ' .. i .. ' ERR unknown algorithm ' .. shown(ARGV[at])})
+  local code, enforcing, tag, a, b, c
+  if type(spec) == 'string' then
+    code, enforcing, tag, a, b, c = match(spec, '^(%a)([01])((%d+),(%d+),(%d+))$')
   end
-  local ok, r, commit, carry = pcall(decide, KEYS[i], now, cost,
-    tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]), tonumber(ARGV[at + 4]))
+  if not code or #a > 16 or #b > 16 or #c > 16 then
+    error({err = 'ERR the key spec ' .. shown(spec) .. ' is not an algorithm, 0/1 and three integers'})
+  end
+  e = {code, enforcing == '1', tonum(a), tonum(b), tonum(c), tag}
+  if SPECS_N >= MEMO_MAX then
+    SPECS, SPECS_N = {}, 0
+  end
+  SPECS[spec], SPECS_N = e, SPECS_N + 1
+  return e
+end
+local function batch_decide(now, cost, reply, commits, carries, params)
+  -- Every key's decision at `now` (reads only), its four reply values appended to `reply`, its
+  -- writes kept (commits[i]: the admission's, carries[i]: the carry-over's; false: none; for GCRA
+  -- the ahead tat_write stores, its spec in params[i]; for the windows a function). Returns
+  -- whether every enforcing key admitted.
+  local n, admitted = #KEYS, true
+  -- The keys seen, for more than a few (fewer are compared pairwise: no table to build).
+  local seen
+  if n > 8 then
+    seen = {}
+  end
+  for i = 1, n do
+    batch_at = i
+    local key = KEYS[i]
+    -- A key twice would be decided twice on the same state and written twice (the client refuses it).
+    if seen then
+      if seen[key] then
+        error({err = 'ERR the key is in the request twice'})
+      end
+      seen[key] = true
+    else
+      for j = 1, i - 1 do
+        if KEYS[j] == key then
+          error({err = 'ERR the key is in the request twice'})
+        end
+      end
+    end
+    local spec = spec_of(ARGV[i + 3])
+    local code, a, b, c = spec[1], spec[3], spec[4], spec[5]
+    local allowed, remaining, retry, reset, commit, carry
+    if code == 'g' then
+      allowed, remaining, retry, reset, commit, carry = gcra_decide(key, now, cost, a, b, c, spec[6])
+      params[i] = spec
+    else
+      local decide = WINDOWS[code]
+      if decide == nil then
+        error({err = 'ERR unknown algorithm ' .. shown(code)})
+      end
+      local r
+      r, commit, carry = decide(key, now, cost, a, b, c)
+      allowed, remaining, retry, reset = r[1], r[2], r[3], r[4]
+    end
+    if allowed == 0 and spec[2] then
+      admitted = false
+    end
+    local m = i * 4
+    reply[m - 3], reply[m - 2], reply[m - 1], reply[m] = allowed, remaining, retry, reset
+    commits[i], carries[i] = commit or false, carry or false
+  end
+  return admitted
+end
+-- The reply, and each key's writes and spec (see batch_decide), kept from call to call by a
+-- function library (no tables to build and grow on each call): a call sets entries 1..#KEYS of
+-- COMMITS and CARRIES (of PARAMS for each GCRA key) before it reads any, and the entries past
+-- those are never read; it sets the reply's 4 × #KEYS + 1 values and ends it with a nil (Redis
+-- replies a table's values up to the first nil).
+local REPLY, COMMITS, CARRIES, PARAMS = {}, {}, {}, {}
+local function batch()
+  local now, cost, peek = now_us(), num(ARGV[2]), ARGV[3] == '1'
+  local reply, commits, carries, params = REPLY, COMMITS, CARRIES, PARAMS
+  local ok, admitted = pcall(batch_decide, now, cost, reply, commits, carries, params)
   if not ok then
     -- Redis 7 hands pcall the error's message; older versions the error table.
+    local r = admitted
     if type(r) == 'table' then
       r = r.err
     end
-    error({err = 'TOLLGATE_KEY ' .. i .. ' ' .. tostring(r)})
+    error({err = 'TOLLGATE_KEY ' .. batch_at .. ' ' .. tostring(r)})
   end
-  if r[1] == 0 and ARGV[at + 1] == '1' then
-    admitted = false
-  end
-  for j = 1, 4 do
-    reply[#reply + 1] = r[j]
-  end
-  commits[i], carries[i] = commit or false, carry or false
-end
-if not peek then
-  -- Each key's admission when the request is admitted; else (or where it has none) the carry-over
-  -- of a state written under another quota, stored even by a denial. After every read: an error
-  -- above wrote nothing.
-  for j = 1, #KEYS do
-    if admitted and commits[j] then
-      commits[j]()
-    elseif carries[j] then
-      carries[j]()
+  if not peek then
+    -- Each key's admission when the request is admitted; else (or where it has none) the carry-over
+    -- of a state written under another quota, stored even by a denial. After every read: an error
+    -- above wrote nothing.
+    for i = 1, #KEYS do
+      local write = carries[i]
+      if admitted and commits[i] then
+        write = commits[i]
+      end
+      if type(write) == 'function' then
+        write()
+      elseif write then
+        local spec = params[i]
+        tat_write(KEYS[i], now, write, spec[3], spec[4], spec[5], spec[6])
+      end
     end
   end
+  local n = #KEYS * 4
+  reply[n + 1], reply[n + 2] = now, nil
+  return reply
 end
-reply[#reply + 1] = now
-return reply

@@ -9,10 +9,10 @@ local max = tonumber(ARGV[3])
 local per_us, interval, depth = gcra_args()
 -- A state written under another quota is carried over (see tat_read), and stored even when nothing
 -- is granted.
-local ahead, carry = tat_read(key, now, per_us, interval, depth)
+local ahead, carried = tat_read(key, now, per_us, interval, depth)
 if now + cdiv(ahead + depth, per_us) >= LIMIT then
-  if carry then
-    carry()
+  if carried then
+    tat_write(key, now, ahead, per_us, interval, depth)
   end
   return {0, 0, -1, -1}
 end
@@ -22,8 +22,8 @@ if room > 0 then
   avail = idiv(room, interval)
 end
 if avail < min then
-  if carry then
-    carry()
+  if carried then
+    tat_write(key, now, ahead, per_us, interval, depth)
   end
   return {0, 0, ahead + min * interval - depth, ahead}
 end

@@ -14,12 +14,12 @@ local function tat_ahead(key, raw, now, per_us)
   if not raw then
     return 0
   end
-  if #raw > 19 or not string.find(raw, '^%d+$') then
+  if #raw > 19 or not find(raw, '^%d+$') then
     corrupt(key, 'TAT ' .. shown(raw) .. ' is not a time in ns in plain digits')
   end
   local us, ns = 0, raw
   if #raw > 3 then
-    us, ns = tonumber(string.sub(raw, 1, -4)), string.sub(raw, -3)
+    us, ns = tonum(sub(raw, 1, -4)), sub(raw, -3)
   end
   if us >= LIMIT then
     corrupt(key, 'TAT ' .. raw .. ' is past 2^53 us')
@@ -29,31 +29,39 @@ local function tat_ahead(key, raw, now, per_us)
     -- TAT - now = d × 1000 + ns <= -1000 + 999 < 0.
     return 0
   end
-  -- A TAT between two units (never written by the core for this quota) reads as the later one.
-  local ahead = d * per_us + cdiv(tonumber(ns), 1000 / per_us)
+  -- A TAT between two units (never written by the core for this quota) reads as the later one. A
+  -- unit of 1000 ns (per_us 1): one more unit unless the ns part (digits) is 0, no number to parse.
+  local ahead
+  if per_us == 1 then
+    ahead = d
+    if ns ~= '000' and find(ns, '[1-9]') then
+      ahead = d + 1
+    end
+  else
+    ahead = d * per_us + cdiv(tonum(ns), 1000 / per_us)
+  end
   if ahead > AHEAD_MAX then
     -- Writes put the TAT at most a depth (< 2^51 units) ahead; this is not a clock gone backwards.
     corrupt(key, 'TAT ' .. raw .. ' is more than 2^52 units of ' .. str(1000 / per_us) .. ' ns ahead of now')
   end
   return ahead
 end
--- Defined below (tat_read's carry-over writes through it).
-local set_tat
-local function tat_read(key, now, per_us, interval, depth)
-  -- The key's max(TAT - now, 0) in this quota's units, and the write (nil: none) that stores it when
-  -- it was written under another quota: carried over as-is at `now` (the core's
+local function tat_read(key, now, per_us, interval, depth, tag)
+  -- The key's max(TAT - now, 0) in this quota's units, and whether it must be written (tat_write)
+  -- because it was written under another quota: carried over as-is at `now` (the core's
   -- `Algorithm::carry_over`: min(the units it could take under its quota now, this burst), the rest
   -- counted as spent now; a TAT at or before now, fresh under any quota, stays fresh). Reads only.
+  -- `tag`: this quota's tag (quota_tag), if the caller has it.
   local raw = redis.call('GET', key)
   if not raw then
     return 0
   end
-  local at = string.find(raw, ';', 1, true)
+  local at = find(raw, ';', 1, true)
   if not at then
     return tat_ahead(key, raw, now, per_us)
   end
-  local tat, q = string.sub(raw, 1, at - 1), string.sub(raw, at + 1)
-  if q == quota_tag(per_us, interval, depth) then
+  local tat, q = sub(raw, 1, at - 1), sub(raw, at + 1)
+  if q == (tag or quota_tag(per_us, interval, depth)) then
     return tat_ahead(key, tat, now, per_us)
   end
   local op, oi, od = tag_params(key, q)
@@ -69,50 +77,67 @@ local function tat_read(key, now, per_us, interval, depth)
     end
     ahead = spent_after(avail, idiv(depth, interval)) * interval
   end
-  return ahead, function()
-    if ahead == 0 then
-      redis.call('DEL', key)
-    else
-      set_tat(key, now, ahead, per_us, interval, depth)
-    end
-  end
-end
-local function tat_digits(now, ahead, per_us)
-  -- now + ahead units, as nanosecond digits.
-  local whole = idiv(ahead, per_us)
-  return str(now + whole) .. string.format('%03d', (ahead - whole * per_us) * (1000 / per_us))
+  return ahead, true
 end
 local function gcra_args()
   -- ARGV[4..6]: units per µs, the emission interval and the bucket depth in units.
   return tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 end
-set_tat = function(key, now, ahead, per_us, interval, depth)
-  -- The TTL ends where the state turns fresh (the TAT), rounded up to whole ms: 1 ms = per_us × 1000 units.
-  redis.call('SET', key, tat_digits(now, ahead, per_us) .. ';' .. quota_tag(per_us, interval, depth), 'PX',
-    str(math.max(cdiv(ahead, per_us * 1000), 1)))
+-- The digits of the last whole-µs TAT set_tat wrote, and that TAT: the keys a call admits with
+-- one quota and the same state share their new TAT.
+local last_us, last_digits = -1, ''
+local function set_tat(key, now, ahead, per_us, interval, depth, tag)
+  -- The value: now + ahead units as nanosecond digits (whole µs, then the ns part, '000' when a
+  -- unit is 1000 ns), ';' and the quota tag (`tag`, if the caller has it). The TTL ends where the
+  -- state turns fresh (the TAT), rounded up to whole ms: 1 ms = per_us × 1000 units.
+  local whole = idiv(ahead, per_us)
+  local us = now + whole
+  if us ~= last_us then
+    last_us, last_digits = us, str(us)
+  end
+  local ns = '000'
+  if per_us ~= 1 then
+    ns = format('%03d', (ahead - whole * per_us) * (1000 / per_us))
+  end
+  local ms = cdiv(ahead, per_us * 1000)
+  if ms < 1 then
+    ms = 1
+  end
+  redis.call('SET', key, last_digits .. ns .. ';' .. (tag or quota_tag(per_us, interval, depth)), 'PX', digits(ms))
 end
-local function gcra_decide(key, now, cost, per_us, interval, depth)
+local function tat_write(key, now, ahead, per_us, interval, depth, tag)
+  -- Stores `ahead` units past now (set_tat), or deletes the key for 0 (the fresh state).
+  if ahead == 0 then
+    redis.call('DEL', key)
+  else
+    set_tat(key, now, ahead, per_us, interval, depth, tag)
+  end
+end
+local function gcra_decide(key, now, cost, per_us, interval, depth, tag)
   -- GCRA (and the leaky bucket) on `key` at `now` for `cost` units; parameters as gcra_args. Reads
-  -- only. Returns the reply {allowed, remaining, retry_after, reset_after} in units (-1 = never), the
-  -- admission's write (a function; nil when there is nothing to write) and the carry-over's write
-  -- (nil: none; made when there is no admission to write).
+  -- only. Returns the reply's four values (allowed, remaining, retry_after, reset_after in units,
+  -- -1 = never), then what to write as data, not closures (cheaper for a call that makes several):
+  -- the admission's ahead (nil when there is nothing to write) and the carry-over's ahead (nil: none;
+  -- written when there is no admission to write), each written by tat_write. `tag`: this quota's
+  -- tag (quota_tag), if the caller has it.
   -- ahead = max(tat, now) - now; new_ahead = new_tat - now.
-  local ahead, carry = tat_read(key, now, per_us, interval, depth)
+  local ahead, carried = tat_read(key, now, per_us, interval, depth, tag)
+  local carry
+  if carried then
+    carry = ahead
+  end
   local new_ahead = ahead + cost * interval
   if now + cdiv(new_ahead, per_us) >= LIMIT then
-    return {0, 0, -1, -1}, nil, carry
+    return 0, 0, -1, -1, nil, carry
   end
   -- allow_at = new_tat - depth; denied while now < allow_at.
   local wait = new_ahead - depth
   if wait > 0 then
-    return {0, 0, wait, ahead}, nil, carry
+    return 0, 0, wait, ahead, nil, carry
   end
-  local commit
   if cost > 0 then
     -- Fresh again once the TAT is reached: the key lives exactly that long.
-    commit = function()
-      set_tat(key, now, new_ahead, per_us, interval, depth)
-    end
+    return 1, idiv(depth - new_ahead, interval), 0, new_ahead, new_ahead, carry
   end
-  return {1, idiv(depth - new_ahead, interval), 0, new_ahead}, commit, carry
+  return 1, idiv(depth - new_ahead, interval), 0, new_ahead, nil, carry
 end

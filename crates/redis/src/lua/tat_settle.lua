@@ -7,11 +7,11 @@ local function gcra_refund(key, now, cost, per_us, interval, depth)
   -- by cost × interval, never below now (a TAT at or before now is a full bucket, so that is the
   -- core's `TAT − cost × T` as every later decision sees it). A state written under another quota is
   -- carried over first (see tat_read).
-  local ahead, carry = tat_read(key, now, per_us, interval, depth)
+  local ahead, carried = tat_read(key, now, per_us, interval, depth)
   if cost <= 0 or ahead == 0 then
     -- Nothing to give back: the bucket is already full at now (a TAT in the past is not rewritten).
-    if carry then
-      carry()
+    if carried then
+      tat_write(key, now, ahead, per_us, interval, depth)
       return 1
     end
     return 0
@@ -33,10 +33,10 @@ local function gcra_charge(key, now, cost, per_us, interval, depth)
   -- now, the furthest a stored TAT may be (the core saturates at the end of its clock's range): a
   -- larger debt stops there, which still denies every request for that long. A state written under
   -- another quota is carried over first (see tat_read); the charge writes this quota's tag.
-  local ahead, carry = tat_read(key, now, per_us, interval, depth)
+  local ahead, carried = tat_read(key, now, per_us, interval, depth)
   if cost <= 0 then
-    if carry then
-      carry()
+    if carried then
+      tat_write(key, now, ahead, per_us, interval, depth)
       return 1
     end
     return 0

@@ -34,6 +34,22 @@ impl RedisServer {
         server
     }
 
+    /// Starts a server as [`start`](Self::start) does, with more `redis-server` arguments (e.g.
+    /// `--rename-command FCALL ""`).
+    pub fn start_with(args: &[&str]) -> RedisServer {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("no free loopback port")
+            .port();
+        let mut server = RedisServer {
+            port,
+            child: None,
+            extra: args.iter().map(|a| (*a).to_owned()).collect(),
+        };
+        server.spawn();
+        server
+    }
+
     /// Starts a replica of the server on `127.0.0.1:primary`, on a free port, and waits (10 s at
     /// most) until its link to the primary is up and the primary lists it.
     pub fn start_replica_of(primary: u16) -> RedisServer {

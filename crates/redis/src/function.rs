@@ -1,0 +1,166 @@
+//! The batch script as a Redis function (Redis 7 and later): its library is loaded once per server
+//! (`FUNCTION LOAD`), then each request is one `FCALL`, which runs the already defined `batch`
+//! (batch.lua) instead of running the whole script again to define its functions, as each
+//! `EVALSHA` does. Where functions are not there to use (Redis before 7, an ACL or a renamed
+//! command that refuses `FCALL` or `FUNCTION LOAD`), the batch falls back to the script
+//! ([`BATCH`], by `EVALSHA`) for good; a call refused for memory (`OOM`: a function that may write
+//! is refused before it runs, where the script is refused only at its first write), or on a
+//! read-only replica (`READONLY`, likewise), goes by the script once. Both run the same Lua on
+//! the same arguments and reply the same.
+
+use std::sync::LazyLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use redis::aio::ConnectionLike;
+use redis::{FromRedisValue, RedisError, RedisResult};
+
+use crate::scripts::BATCH;
+
+/// The batch function's library: its name and function name carry the batch script's SHA-1 (its
+/// first 16 hex digits), so that servers shared by several versions of this crate hold one library
+/// per version, each loaded with `REPLACE` without replacing another's.
+#[derive(Debug)]
+pub(crate) struct Library {
+    /// The function that decides a batch (`FCALL <function> <numkeys> <keys> <args>`, as the
+    /// script's `EVALSHA`).
+    pub(crate) function: String,
+    /// The library's code, for `FUNCTION LOAD`.
+    pub(crate) code: String,
+}
+
+/// The batch's library: the batch script's definitions (the same files), `KEYS` and `ARGV` made
+/// upvalues that the function sets on each call (a library has no such globals), and the function.
+pub(crate) static BATCH_LIBRARY: LazyLock<Library> = LazyLock::new(|| {
+    let version = &BATCH.get_hash()[..16];
+    let name = format!("tollgate_{version}");
+    let function = format!("tollgate_batch_{version}");
+    let definitions = concat!(
+        include_str!("lua/prelude.lua"),
+        include_str!("lua/tat.lua"),
+        include_str!("lua/fixed_window_decide.lua"),
+        include_str!("lua/sliding_window_decide.lua"),
+        include_str!("lua/batch.lua"),
+    );
+    let code = format!(
+        "#!lua name={name}\nlocal KEYS, ARGV\n{definitions}\
+         redis.register_function('{function}', function(keys, args)\n  \
+         KEYS, ARGV = keys, args\n  return batch()\nend)\n"
+    );
+    Library { function, code }
+});
+
+/// How a [`RedisBatch`](crate::RedisBatch) and its clones send a batch: by `FCALL` until the server
+/// is found not to offer it, then by `EVALSHA`.
+#[derive(Debug, Default)]
+pub(crate) struct BatchCall {
+    /// Set once the server refused functions: every later call goes by the script.
+    script_only: AtomicBool,
+}
+
+impl BatchCall {
+    /// Whether calls go by the script only (the server refused functions).
+    pub(crate) fn script_only(&self) -> bool {
+        // Relaxed: a hint that orders nothing else; a call racing the store sends one more FCALL,
+        // refused again, and falls back again.
+        self.script_only.load(Ordering::Relaxed)
+    }
+
+    /// Runs the batch on `keys` with `args` (as the script's `KEYS` and `ARGV`): `FCALL`, loading
+    /// the library when the server lacks it (a restart, `FUNCTION FLUSH`) and calling again; else,
+    /// or where functions are refused, the script by `EVALSHA` (loading it on `NOSCRIPT`).
+    pub(crate) async fn invoke<C, T>(
+        &self,
+        conn: &mut C,
+        keys: &[String],
+        args: &[String],
+    ) -> RedisResult<T>
+    where
+        C: ConnectionLike,
+        T: FromRedisValue,
+    {
+        if !self.script_only() {
+            match by_function(conn, keys, args).await {
+                Ok(reply) => return Ok(reply),
+                Err(Fallback::ForGood) => {
+                    // Relaxed: see script_only.
+                    self.script_only.store(true, Ordering::Relaxed);
+                }
+                Err(Fallback::Once) => {}
+                Err(Fallback::Error(e)) => return Err(e),
+            }
+        }
+        let mut call = BATCH.prepare_invoke();
+        call.key(keys).arg(args);
+        call.invoke_async(conn).await
+    }
+}
+
+/// Why a batch did not go by its function.
+enum Fallback {
+    /// The server refuses functions, or this library: the script from now on.
+    ForGood,
+    /// This call only (memory, a server not ready to load): the script.
+    Once,
+    /// The call's own answer (the batch's errors, an outage).
+    Error(RedisError),
+}
+
+/// The batch by `FCALL`, the library loaded (`FUNCTION LOAD REPLACE`) where the server lacks it.
+async fn by_function<C, T>(conn: &mut C, keys: &[String], args: &[String]) -> Result<T, Fallback>
+where
+    C: ConnectionLike,
+    T: FromRedisValue,
+{
+    let library = &*BATCH_LIBRARY;
+    let mut fcall = redis::cmd("FCALL");
+    fcall
+        .arg(&library.function)
+        .arg(keys.len())
+        .arg(keys)
+        .arg(args);
+    let mut result = fcall.query_async(conn).await;
+    if result.as_ref().is_err_and(not_found) {
+        let load = redis::cmd("FUNCTION")
+            .arg("LOAD")
+            .arg("REPLACE")
+            .arg(&library.code)
+            .query_async::<String>(conn)
+            .await;
+        if let Err(e) = load {
+            return Err(match e.code() {
+                // Refused, or an error in the library (this server's Lua cannot load it).
+                Some("ERR" | "NOPERM") => Fallback::ForGood,
+                // Not now (LOADING, READONLY, TRYAGAIN and the like).
+                Some(_) => Fallback::Once,
+                None => Fallback::Error(e),
+            });
+        }
+        result = fcall.query_async(conn).await;
+    }
+    result.map_err(|e| {
+        if refused(&e) {
+            Fallback::ForGood
+        } else if matches!(e.code(), Some("OOM" | "READONLY")) {
+            // Refused before it ran, for memory or on a read-only replica (a function that may
+            // write): the script may still decide (a peek or a denial writes nothing; an admission
+            // is refused at its first write, as before).
+            Fallback::Once
+        } else {
+            Fallback::Error(e)
+        }
+    })
+}
+
+/// The server lacks the library (never loaded, or gone with a restart or `FUNCTION FLUSH`).
+fn not_found(e: &RedisError) -> bool {
+    e.code() == Some("ERR")
+        && e.detail()
+            .is_some_and(|d| d.starts_with("Function not found"))
+}
+
+/// Functions are not there to use: `FCALL` or `FUNCTION` unknown (Redis before 7, a renamed
+/// command) or refused by the user's ACL.
+fn refused(e: &RedisError) -> bool {
+    e.code() == Some("NOPERM")
+        || (e.code() == Some("ERR") && e.detail().is_some_and(|d| d.starts_with("unknown command")))
+}
