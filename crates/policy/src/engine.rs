@@ -19,7 +19,6 @@ use tollgate_core::{CheckError, Decision, Nanos, Quota};
 
 use crate::decision::{Descriptors, PolicyDecision, PolicyError, RuleOutcome};
 use crate::rules::{KeyBuf, Rule, RuleSet};
-use crate::stats::Outcome;
 use crate::store::{RuleKey, Store, next_unit};
 
 /// A decision with the `RateLimit` field's `t` when asked for.
@@ -35,10 +34,11 @@ pub(crate) struct Tally<R> {
     tightest: Option<(usize, Decision, Quota)>,
     delay: Duration,
     pub(crate) shadow_denied: bool,
-    /// Outcomes not counted yet (`set.metrics`): a pass that may be thrown away (see
+    /// Outcomes not counted yet (`set.metrics`), 4 bits per rule (`Rule::counted`; at most 16
+    /// rules, `RuleSet::peeks_decide`): a pass that may be thrown away (see
     /// [`decide_values_peeking_first`]) counts only once it is the answer. `None`: counted as
     /// recorded.
-    deferred: Option<SmallVec<[(usize, bool, Decision); 8]>>,
+    deferred: Option<u64>,
 }
 
 impl<R: Copy> Tally<R> {
@@ -56,15 +56,24 @@ impl<R: Copy> Tally<R> {
     /// A tally whose outcomes are counted only by [`count_deferred`](Self::count_deferred).
     fn deferring() -> Self {
         Tally {
-            deferred: Some(SmallVec::new()),
+            deferred: Some(0),
             ..Tally::new()
         }
     }
 
     /// Counts the outcomes a [`deferring`](Self::deferring) tally recorded.
     fn count_deferred(&self, set: &RuleSet) {
-        for &(i, enforced, decision) in self.deferred.iter().flatten() {
-            set.rules[i].count(enforced, &decision);
+        let codes = self.deferred.unwrap_or(0);
+        for (i, rule) in set.rules.iter().enumerate().take(16) {
+            rule.count_code((codes >> (4 * i)) & 0xF);
+        }
+    }
+
+    /// Counts rule `i`'s outcome now, or defers it.
+    fn count(&mut self, rule: &Rule, i: usize, enforced: bool, decision: &Decision) {
+        match &mut self.deferred {
+            Some(codes) if i < 16 => *codes |= rule.counted(enforced, decision) << (4 * i),
+            _ => rule.count(enforced, decision),
         }
     }
 
@@ -94,12 +103,8 @@ impl<R: Copy> Tally<R> {
                 if !enforced {
                     // A shadow rule that could never admit this cost would have refused it.
                     if set.metrics {
-                        match &mut self.deferred {
-                            Some(deferred) => {
-                                deferred.push((i, false, Decision::denied(Nanos::MAX, Nanos::MAX)))
-                            }
-                            None => rule.counters.count(Outcome::ShadowDenied),
-                        }
+                        let never = Decision::denied(Nanos::MAX, Nanos::MAX);
+                        self.count(rule, i, false, &never);
                     }
                     self.shadow_denied = true;
                     return Ok(());
@@ -125,10 +130,7 @@ impl<R: Copy> Tally<R> {
             });
         }
         if set.metrics {
-            match &mut self.deferred {
-                Some(deferred) => deferred.push((i, enforced, decision)),
-                None => rule.count(enforced, &decision),
-            }
+            self.count(rule, i, enforced, &decision);
         }
         if decision.is_allowed() {
             if let Some(receipt) = receipt.filter(|_| cost > 0) {

@@ -260,15 +260,33 @@ impl Rule {
     /// Counts one of this rule's own decisions.
     #[inline]
     pub(crate) fn count(&self, enforced: bool, decision: &Decision) {
+        self.count_code(self.counted(enforced, decision));
+    }
+
+    /// What [`count`](Self::count) counts for a decision, as a code of at most 3 bits (never 0),
+    /// for a pass that counts only once it is the answer (`engine::Tally`).
+    #[inline]
+    pub(crate) fn counted(&self, enforced: bool, decision: &Decision) -> u64 {
         match decision {
-            Decision::Allowed { remaining, .. } => {
+            Decision::Allowed { remaining, .. } if *remaining <= self.near => 2,
+            Decision::Allowed { .. } => 1,
+            Decision::Denied { .. } if enforced => 3,
+            Decision::Denied { .. } => 4,
+        }
+    }
+
+    /// Counts what [`counted`](Self::counted) coded.
+    #[inline]
+    pub(crate) fn count_code(&self, code: u64) {
+        match code {
+            1 => self.counters.count(Outcome::Allowed),
+            2 => {
                 self.counters.count(Outcome::Allowed);
-                if *remaining <= self.near {
-                    self.counters.count(Outcome::NearLimit);
-                }
+                self.counters.count(Outcome::NearLimit);
             }
-            Decision::Denied { .. } if enforced => self.counters.count(Outcome::Denied),
-            Decision::Denied { .. } => self.counters.count(Outcome::ShadowDenied),
+            3 => self.counters.count(Outcome::Denied),
+            4 => self.counters.count(Outcome::ShadowDenied),
+            _ => {}
         }
     }
 }
@@ -369,10 +387,12 @@ impl RuleSet {
 
     /// Whether every rule of `config` peeks as it checks (the field of that name).
     pub(crate) fn peeks_decide(config: &PolicyConfig) -> bool {
-        config
-            .rules
-            .iter()
-            .all(|r| r.storage != Storage::Striped && r.priority.is_none())
+        // The peek pass's counts wait in 4 bits per rule (`engine::Tally`).
+        config.rules.len() <= 16
+            && config
+                .rules
+                .iter()
+                .all(|r| r.storage != Storage::Striped && r.priority.is_none())
     }
 
     /// Tags the keys of the rules keyed by descriptor `name` with its value
