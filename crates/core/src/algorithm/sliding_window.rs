@@ -109,8 +109,12 @@ pub struct SlidingWindow {
 #[inline]
 fn weighted(previous: u64, elapsed: Nanos, window: Nanos) -> u64 {
     let overlap = u128::from(previous) * u128::from(window - elapsed);
-    // At most `previous`, so it fits back in a u64.
-    overlap.div_ceil(u128::from(window)) as u64
+    // A product that fits in 64 bits (most) is divided in 64 bits: the 128-bit division is a call
+    // (`__udivti3`). At most `previous` either way, so it fits back in a u64.
+    match u64::try_from(overlap) {
+        Ok(overlap) => overlap.div_ceil(window),
+        Err(_) => overlap.div_ceil(u128::from(window)) as u64,
+    }
 }
 
 /// The least `elapsed` in a window at which `⌈previous × (window − elapsed) / window⌉ ≤ room`, or
@@ -121,8 +125,13 @@ fn first_fit(previous: u64, room: u64, window: Nanos) -> Nanos {
         return 0;
     }
     // ⌈p(W − e)/W⌉ ≤ r  ⇔  p(W − e) ≤ rW  ⇔  W − e ≤ ⌊rW / p⌋.
-    let slack = u128::from(room) * u128::from(window) / u128::from(previous);
-    window - u64::try_from(slack).unwrap_or(u64::MAX).min(window)
+    let product = u128::from(room) * u128::from(window);
+    // In 64 bits where the product fits, as in `weighted`.
+    let slack = match u64::try_from(product) {
+        Ok(product) => product / previous,
+        Err(_) => u64::try_from(product / u128::from(previous)).unwrap_or(u64::MAX),
+    };
+    window - slack.min(window)
 }
 
 impl SlidingWindow {
@@ -299,5 +308,46 @@ impl Algorithm for SlidingWindow {
             _ => return None,
         };
         Some(self.layout.pack(next))
+    }
+}
+
+#[cfg(all(test, not(tollgate_loom)))]
+mod tests {
+    use super::{first_fit, weighted};
+
+    /// The 64-bit fast paths answer what the 128-bit arithmetic does, on both sides of the point
+    /// where the product stops fitting in 64 bits.
+    #[test]
+    fn weighted_and_first_fit_agree_with_128_bit_arithmetic() {
+        let weighted_wide = |p: u64, e: u64, w: u64| {
+            (u128::from(p) * u128::from(w - e)).div_ceil(u128::from(w)) as u64
+        };
+        let first_fit_wide = |p: u64, r: u64, w: u64| {
+            let slack = u128::from(r) * u128::from(w) / u128::from(p);
+            w - u64::try_from(slack).unwrap_or(u64::MAX).min(w)
+        };
+        let values = [
+            1,
+            2,
+            7,
+            999,
+            1_000_000_000,
+            u64::from(u32::MAX),
+            u64::from(u32::MAX) + 1,
+            1 << 40,
+            u64::MAX / 3,
+            u64::MAX - 1,
+            u64::MAX,
+        ];
+        for &p in &values {
+            for &w in &values {
+                for e in [0, 1, w / 2, w - 1] {
+                    assert_eq!(weighted(p, e, w), weighted_wide(p, e, w), "{p} {e} {w}");
+                }
+                for &r in &values {
+                    assert_eq!(first_fit(p, r, w), first_fit_wide(p, r, w), "{p} {r} {w}");
+                }
+            }
+        }
     }
 }
