@@ -85,6 +85,7 @@ impl<R: Copy> Tally<R> {
     /// Takes rule `i`'s outcome into account. `result`: the store's answer (`None`: the store
     /// failed open, the rule does not apply); the receipt is `None` for a peek.
     #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
     pub(crate) fn record(
         &mut self,
         set: &RuleSet,
