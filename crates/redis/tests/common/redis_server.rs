@@ -20,23 +20,13 @@ impl RedisServer {
     /// Starts a server on a free port. Panics (failing the test, never skipping it) when
     /// `redis-server` is not installed.
     pub fn start() -> RedisServer {
-        // `--port 0` is not supported: take a free port from the OS, release it, hand it over.
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("no free loopback port")
-            .port();
-        let mut server = RedisServer {
-            port,
-            child: None,
-            extra: Vec::new(),
-        };
-        server.spawn();
-        server
+        RedisServer::start_with(&[])
     }
 
     /// Starts a server as [`start`](Self::start) does, with more `redis-server` arguments (e.g.
     /// `--rename-command FCALL ""`).
     pub fn start_with(args: &[&str]) -> RedisServer {
+        // `--port 0` is not supported: take a free port from the OS, release it, hand it over.
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("no free loopback port")
