@@ -152,6 +152,25 @@ impl RedisCluster {
             .collect()
     }
 
+    /// Batch calls so far over every live node (`INFO commandstats`): `fcall` and `evalsha`, since
+    /// a batch goes by FCALL on Redis 7 and later and by EVALSHA before.
+    pub fn batch_calls(&self) -> u64 {
+        self.live_ports()
+            .into_iter()
+            .map(|port| {
+                super::info(port, "commandstats")
+                    .lines()
+                    .filter_map(|l| {
+                        l.strip_prefix("cmdstat_evalsha:calls=")
+                            .or_else(|| l.strip_prefix("cmdstat_fcall:calls="))
+                    })
+                    .filter_map(|rest| rest.split(',').next())
+                    .map(|n| n.parse::<u64>().unwrap())
+                    .sum::<u64>()
+            })
+            .sum()
+    }
+
     /// The master serving `slot`, as the first live node sees it.
     pub fn master_of(&self, slot: u16) -> NodeInfo {
         let port = self.live_ports()[0];
