@@ -35,7 +35,16 @@ pub async fn run(path: PathBuf, overrides: Overrides) -> Result<(), Box<dyn std:
     // First of all, so that a signal from the moment the process exists is handled (SIGTERM and
     // SIGHUP otherwise kill it, undrained, until their handlers are installed).
     let signals = Signals::install();
+    // The file as it is before it is read: a change from here on is a change for the reloader.
+    // (Fingerprinted when the reloader started, a change made between this load and that start
+    // was never applied; a test that rewrote the config right after start caught it.)
+    let unread = fingerprint(&path, &[]);
     let config = ServerConfig::load(&path)?;
+    let watched = tls_files(&config);
+    let initial = unread.map(|mut parts| {
+        parts.extend(file_parts(&watched));
+        parts
+    });
     let metrics = metrics_exporter_prometheus::PrometheusBuilder::new()
         .install_recorder()
         .map_err(|e| tracing::warn!(error = %e, "metrics recorder not installed"))
@@ -72,6 +81,7 @@ pub async fn run(path: PathBuf, overrides: Overrides) -> Result<(), Box<dyn std:
     let Signals { stop, hup } = signals;
     tokio::spawn(reloader(
         path,
+        (initial, watched),
         Arc::clone(&limiter),
         tls.clone(),
         config.server.reload_poll,
@@ -176,13 +186,13 @@ async fn shutdown_signal(stop: Option<(Signal, Signal)>) {
 /// names (`None` when the config file cannot be read).
 fn fingerprint(path: &Path, tls_files: &[PathBuf]) -> Option<Vec<Vec<u8>>> {
     let mut parts = vec![std::fs::read(path).ok()?];
-    // A TLS file that cannot be read counts as empty: its coming back is a change too.
-    parts.extend(
-        tls_files
-            .iter()
-            .map(|f| std::fs::read(f).unwrap_or_default()),
-    );
+    parts.extend(file_parts(tls_files));
     Some(parts)
+}
+
+/// The contents of `files`; one that cannot be read counts as empty (its coming back is a change).
+fn file_parts(files: &[PathBuf]) -> impl Iterator<Item = Vec<u8>> + '_ {
+    files.iter().map(|f| std::fs::read(f).unwrap_or_default())
 }
 
 /// The TLS files `config` names.
@@ -227,20 +237,19 @@ fn apply(
 /// Polling rather than inotify (the `notify` crate): one stat and read per second is negligible,
 /// it follows editors' rename-over-the-file saves and Kubernetes' ConfigMap and Secret symlink
 /// swaps without re-arming watches, and it needs no extra dependency.
+///
+/// `(last, watched)`: the fingerprint of the files as the running config was read from them, and
+/// the TLS files of the config last read (applied or not), so that fixing a certificate that a
+/// reload refused is noticed too.
 async fn reloader(
     path: PathBuf,
+    (mut last, mut watched): (Option<Vec<Vec<u8>>>, Vec<PathBuf>),
     limiter: Arc<LiveDomains>,
     tls: Option<Arc<LiveTls>>,
     poll: Duration,
     mut hup: Option<Signal>,
     mut stop: watch::Receiver<bool>,
 ) {
-    // The TLS files of the config last read (applied or not), so that fixing a certificate that
-    // a reload refused is noticed too.
-    let mut watched = ServerConfig::load(&path)
-        .map(|c| tls_files(&c))
-        .unwrap_or_default();
-    let mut last = fingerprint(&path, &watched);
     let mut tick = tokio::time::interval(if poll.is_zero() {
         Duration::from_secs(3600)
     } else {
