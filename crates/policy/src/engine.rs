@@ -346,6 +346,9 @@ pub(crate) fn decide_values_peeking_first<S: Store>(
     if set.peeks_decide {
         let mut tally = Tally::<S::Receipt>::deferring();
         let mut error = None;
+        // `pass` with every rule peeked, written out: through `pass` (a flag on the tally) the
+        // replay ran about 5 % slower (84 instructions more per request), and inlining `pass`
+        // always cost the plain decision (Pingora's) 31 instructions.
         for i in 0..set.rules.len() {
             let mut buf = KeyBuf::new();
             let Some(at) = rule_key(set, i, values, &mut buf) else {

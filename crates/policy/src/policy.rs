@@ -233,8 +233,7 @@ impl<C: Clock + Clone + 'static> Policy<C> {
         cost: u64,
     ) -> Result<(PolicyDecision, Option<Duration>), PolicyError> {
         let live = self.live();
-        // Relaxed: see `set_dry_run`.
-        let dry = live.rules.dry_run || self.dry_run.load(Ordering::Relaxed);
+        let dry = self.dry(&live);
         let decide = |values: &[Option<&str>]| {
             engine::decide_values(&live.rules, &live.store, values, dry, now, cost, None, true)
         };
@@ -284,8 +283,7 @@ impl<C: Clock + Clone + 'static> Policy<C> {
         now: Nanos,
     ) -> Vec<Result<(PolicyDecision, Option<Duration>), PolicyError>> {
         let live = self.live();
-        // Relaxed: see `set_dry_run`.
-        let dry = live.rules.dry_run || self.dry_run.load(Ordering::Relaxed);
+        let dry = self.dry(&live);
         engine::decide_all(&live.rules, &live.store, requests, dry, now, true)
     }
 
@@ -340,24 +338,17 @@ impl<C: Clock + Clone + 'static> Policy<C> {
         peek_first: bool,
     ) -> Result<PolicyDecision, PolicyError> {
         outcomes.clear();
-        if !peek_first {
-            return self
-                .decide(live, descriptors, now, cost, Some(outcomes), false)
-                .map(|(decided, _)| decided);
-        }
-        // Relaxed: see `set_dry_run`.
-        let dry = live.rules.dry_run || self.dry_run.load(Ordering::Relaxed);
-        engine::with_values(&live.rules, descriptors, |values| {
-            engine::decide_values_peeking_first(
-                &live.rules,
-                &live.store,
-                values,
-                dry,
-                now,
-                cost,
-                Some(outcomes),
-                false,
-            )
+        let dry = self.dry(live);
+        let (set, store) = (&live.rules, &live.store);
+        engine::with_values(set, descriptors, |values| {
+            let outcomes = Some(outcomes);
+            if peek_first {
+                engine::decide_values_peeking_first(
+                    set, store, values, dry, now, cost, outcomes, false,
+                )
+            } else {
+                engine::decide_values(set, store, values, dry, now, cost, outcomes, false)
+            }
         })
         .map(|(decided, _)| decided)
     }
@@ -372,8 +363,7 @@ impl<C: Clock + Clone + 'static> Policy<C> {
         outcomes: Option<&mut Vec<RuleOutcome>>,
         want_next: bool,
     ) -> Result<Decided, PolicyError> {
-        // Relaxed: see `set_dry_run`.
-        let dry = live.rules.dry_run || self.dry_run.load(Ordering::Relaxed);
+        let dry = self.dry(live);
         engine::decide(
             &live.rules,
             &live.store,
@@ -395,8 +385,14 @@ impl<C: Clock + Clone + 'static> Policy<C> {
 
     /// Whether decisions run dry (the switch or the config's `dry_run`).
     pub fn dry_run(&self) -> bool {
-        // Relaxed: as in `set_dry_run`.
-        self.dry_run.load(Ordering::Relaxed) || self.live().rules.dry_run
+        self.dry(&self.live())
+    }
+
+    /// Whether decisions on `live` run dry: its config's `dry_run` or the switch.
+    #[inline]
+    fn dry(&self, live: &Live) -> bool {
+        // Relaxed: see `set_dry_run`.
+        live.rules.dry_run || self.dry_run.load(Ordering::Relaxed)
     }
 
     /// The configuration in force.
