@@ -34,13 +34,7 @@ pub(crate) static BATCH_LIBRARY: LazyLock<Library> = LazyLock::new(|| {
     let version = &BATCH.get_hash()[..16];
     let name = format!("tollgate_{version}");
     let function = format!("tollgate_batch_{version}");
-    let definitions = concat!(
-        include_str!("lua/prelude.lua"),
-        include_str!("lua/tat.lua"),
-        include_str!("lua/fixed_window_decide.lua"),
-        include_str!("lua/sliding_window_decide.lua"),
-        include_str!("lua/batch.lua"),
-    );
+    let definitions = crate::scripts::batch_definitions!();
     let code = format!(
         "#!lua name={name}\nlocal KEYS, ARGV\n{definitions}\
          redis.register_function('{function}', function(keys, args)\n  \

@@ -32,14 +32,28 @@ pub(crate) static FIXED_WINDOW: LazyLock<Script> =
     lua!("fixed_window_decide.lua", "fixed_window.lua");
 pub(crate) static SLIDING_WINDOW: LazyLock<Script> =
     lua!("sliding_window_decide.lua", "sliding_window.lua");
+/// The batch's definitions (the `*_decide` functions and `batch`), for its script ([`BATCH`]) and
+/// its function library (`function.rs`) alike.
+macro_rules! batch_definitions {
+    () => {
+        concat!(
+            include_str!("lua/prelude.lua"),
+            include_str!("lua/tat.lua"),
+            include_str!("lua/fixed_window_decide.lua"),
+            include_str!("lua/sliding_window_decide.lua"),
+            include_str!("lua/batch.lua"),
+        )
+    };
+}
+pub(crate) use batch_definitions;
+
 /// Several keys of any of the algorithms above in one call: the same `*_decide` functions.
-pub(crate) static BATCH: LazyLock<Script> = lua!(
-    "tat.lua",
-    "fixed_window_decide.lua",
-    "sliding_window_decide.lua",
-    "batch.lua",
-    "batch_eval.lua"
-);
+pub(crate) static BATCH: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        batch_definitions!(),
+        include_str!("lua/batch_eval.lua")
+    ))
+});
 pub(crate) static GCRA_REFUND: LazyLock<Script> =
     lua!("tat.lua", "tat_settle.lua", "gcra_refund.lua");
 pub(crate) static FIXED_WINDOW_REFUND: LazyLock<Script> = lua!(
