@@ -199,24 +199,24 @@ impl<C: Clock> StripedLimiter<C> {
         result
     }
 
-    /// `on_stripe` on the calling thread's stripe, kept out of line so that `check_at`'s alone path
-    /// inlines into its caller as plain GCRA's does. The cached denial is tried first, so that a
-    /// denial builds no receipt.
+    /// The lease path on the calling thread's stripe `index`, whose word `word` (read with
+    /// `Acquire`) the caller found not to be a cached denial. Kept out of line so that `check_at`
+    /// (the alone path, and the cached denial a flood over the quota meets) inlines into its caller
+    /// as plain GCRA's does.
     #[inline(never)]
-    fn check_on_own_stripe(&self, now: Nanos, cost: u64) -> Result<Decision, CheckError> {
-        let index = self.current_stripe();
+    fn check_on_own_stripe(
+        &self,
+        index: usize,
+        word: LeaseWord,
+        now: Nanos,
+        cost: u64,
+    ) -> Result<Decision, CheckError> {
         if !(1..=self.max_lease).contains(&cost) {
             return self
                 .on_stripe(index, now, cost)
                 .map(|(decision, _)| decision);
         }
         // `1 ≤ cost ≤ max_lease ≤ burst`: the cost checks of `on_stripe` cannot fail.
-        // Acquire: as the word's load in `on_stripe` (the `end` we may read next must be at least
-        // the one installed with this word).
-        let word = LeaseWord::from_bits(self.stripes[index].word.load(Ordering::Acquire));
-        if let Some(denied) = self.cached_denial(word, now, cost) {
-            return Ok(denied);
-        }
         self.on_lease(index, word, now, cost)
             .map(|(decision, _)| decision)
     }
@@ -364,7 +364,18 @@ impl<C: Clock> Limiter for StripedLimiter<C> {
         if self.shared.alone.load(Ordering::Relaxed) {
             return self.alone(now, cost).map(|(decision, _)| decision);
         }
-        self.check_on_own_stripe(now, cost)
+        let index = self.current_stripe();
+        // Acquire: as the word's load in `on_stripe` (the `end` the lease path may read next must
+        // be at least the one installed with this word).
+        let word = LeaseWord::from_bits(self.stripes[index].word.load(Ordering::Acquire));
+        // The cached denial first, inline: a denial costs plain GCRA's work plus one load, and
+        // no call (costs outside `1..=max_lease` take the general path, which checks them).
+        if (1..=self.max_lease).contains(&cost) {
+            if let Some(denied) = self.cached_denial(word, now, cost) {
+                return Ok(denied);
+            }
+        }
+        self.check_on_own_stripe(index, word, now, cost)
     }
 
     /// What the calling thread's stripe would decide; approximate, as for `check_at`.
