@@ -82,7 +82,7 @@ where
     S::Receipt: Default,
 {
     let &(_, cost) = requests.first()?;
-    if requests.len() < 2 || requests.iter().any(|&(_, c)| c != cost) {
+    if !store.batches() || requests.len() < 2 || requests.iter().any(|&(_, c)| c != cost) {
         return None;
     }
     let values: SmallVec<[_; 4]> = requests.iter().map(|(d, _)| set.resolve(d)).collect();
@@ -111,6 +111,9 @@ async fn batch<'v, S: AsyncStore, V: AsRef<[Option<&'v str>]>>(
 where
     S::Receipt: Default,
 {
+    if !store.batches() {
+        return None;
+    }
     // (request, rule, key) for every rule that applies to each request.
     let mut keys: SmallVec<[(usize, usize, KeyBuf); 8]> = SmallVec::new();
     for (r, v) in values.iter().enumerate() {

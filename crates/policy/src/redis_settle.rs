@@ -240,6 +240,10 @@ impl AsyncStore for Reserving<'_> {
         self.store.next_unit(at, decision)
     }
 
+    fn batches(&self) -> bool {
+        self.store.batches()
+    }
+
     async fn check_batch(
         &self,
         rules: &[(RuleKey<'_>, bool)],

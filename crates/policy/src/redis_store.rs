@@ -464,6 +464,10 @@ impl AsyncStore for RedisStore {
         self.limiter(at).and_then(|l| l.next_unit(decision))
     }
 
+    fn batches(&self) -> bool {
+        self.batch_settings.lease.is_none()
+    }
+
     async fn check_batch(
         &self,
         rules: &[(RuleKey<'_>, bool)],

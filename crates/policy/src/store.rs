@@ -97,6 +97,12 @@ pub(crate) trait AsyncStore: Sync {
     /// As [`Store::next_unit`], from the admission alone (no round trip).
     fn next_unit(&self, at: &RuleKey<'_>, decision: &Decision) -> Option<Duration>;
 
+    /// Whether [`check_batch`](Self::check_batch) can answer at all: `false` (lease mode) lets the
+    /// engine skip building a batch (every rule's key, copied) that the store would refuse.
+    fn batches(&self) -> bool {
+        true
+    }
+
     /// Decides every rule of one request in one round trip, atomically: each `(rule, enforced)`
     /// checked (or peeked) at one instant, and every admission written only when every enforcing
     /// rule admits. Per rule as [`check`](Self::check) answers (`None`: the store failed open for
