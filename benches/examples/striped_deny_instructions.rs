@@ -77,7 +77,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let striped = |always_lease| {
         StripedLimiter::with_config(
             quota,
-            StripedConfig::default().stripes(2).always_lease(always_lease),
+            StripedConfig::default()
+                .stripes(2)
+                .always_lease(always_lease),
             FixedClock(NOW),
         )
     };
@@ -91,7 +93,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let stages: [(&str, &dyn Fn(usize) -> u64); 4] = [
         ("gcra", &|n| stage_gcra(&gcra, n)),
         ("striped_alone", &|n| stage_striped_alone(&alone, n)),
-        ("striped_leasing", &|n| n as u64 - stage_striped_leasing(&leasing, n)),
+        ("striped_leasing", &|n| {
+            n as u64 - stage_striped_leasing(&leasing, n)
+        }),
         ("governor", &|n| stage_governor(&governor, n)),
     ];
     for (name, stage) in stages {
