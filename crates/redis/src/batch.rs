@@ -487,13 +487,14 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisBatch<C> {
                 k.limit.params.quota_tag()
             )
         }));
-        let mut reply: Vec<i64> = tokio::time::timeout(
+        let text: Vec<u8> = tokio::time::timeout(
             self.config.timeout(),
             self.via.invoke(&mut conn, &keys, &args),
         )
         .await
         .map_err(|_| Error::Timeout(self.config.timeout()))?
         .map_err(|e| self.classify(e, sent))?;
+        let mut reply = integers(&text)?;
         // Four values per key, then the instant decided at (µs).
         if reply.len() != sent.len() * 4 + 1 {
             return Err(short(&reply, sent));
@@ -564,6 +565,27 @@ pub(crate) fn parse(
         .collect()
 }
 
+/// The batch's reply (batch.lua): decimal integers separated by single spaces.
+fn integers(text: &[u8]) -> Result<Vec<i64>, Error> {
+    let bad = || Error::BadReply(format!("not integers: {:?}", String::from_utf8_lossy(text)));
+    let mut values = Vec::with_capacity(text.len() / 2 + 1);
+    for field in text.split(|&b| b == b' ') {
+        let (negative, digits) = match field.split_first() {
+            Some((b'-', rest)) => (true, rest),
+            _ => (false, field),
+        };
+        // At most 18 digits: below 10^18, so no overflow (the script's values stay below 2^53).
+        if digits.is_empty() || digits.len() > 18 || !digits.iter().all(u8::is_ascii_digit) {
+            return Err(bad());
+        }
+        let magnitude = digits
+            .iter()
+            .fold(0i64, |n, &d| n * 10 + i64::from(d - b'0'));
+        values.push(if negative { -magnitude } else { magnitude });
+    }
+    Ok(values)
+}
+
 /// The first key that appears twice in `keys`, if any.
 fn duplicate<'a>(keys: &[BatchKey<'a>]) -> Option<&'a str> {
     let mut sorted: Vec<&str> = keys.iter().map(|k| k.key).collect();
@@ -595,6 +617,32 @@ mod tests {
         for l in &limits {
             assert_eq!(l.params.args().len(), 3, "{l:?}");
             assert_eq!(l.capacity(), 3);
+        }
+    }
+
+    #[test]
+    fn the_reply_text_reads_as_its_integers() {
+        assert_eq!(
+            integers(b"1 999 0 -1 1733000000000000").unwrap(),
+            [1, 999, 0, -1, 1_733_000_000_000_000]
+        );
+        assert_eq!(integers(b"7").unwrap(), [7]);
+        for bad in [
+            &b""[..],
+            b"1  2",
+            b"1 2 ",
+            b" 1",
+            b"-",
+            b"1.5",
+            b"1e3",
+            b"x",
+            b"1234567890123456789",
+        ] {
+            assert!(
+                matches!(integers(bad), Err(Error::BadReply(_))),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
         }
     }
 
