@@ -571,7 +571,7 @@ async fn run(store: &RedisStore, sent: &[Sent<'_, '_>], now: Option<Nanos>) -> O
     for &(at, limiter, op) in sent {
         // Every limiter has its batch form (lease mode: the shared bucket's GCRA).
         if let Some((limit, relative)) = &limiter.batch {
-            names.push(format!("{relative}{}", RedisStore::key(at)));
+            names.push(RedisStore::key_after(relative, at));
             ops.push((at, limit, op));
         }
     }

@@ -203,14 +203,13 @@ fn label(algorithm: AlgorithmKind) -> &'static str {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
+/// `bytes` in lowercase hex, appended to `out`.
+fn push_hex(out: &mut String, bytes: &[u8]) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
     for b in bytes {
         out.push(char::from(DIGITS[usize::from(b >> 4)]));
         out.push(char::from(DIGITS[usize::from(b & 15)]));
     }
-    out
 }
 
 impl RedisStore {
@@ -364,16 +363,27 @@ impl RedisStore {
     }
 
     pub(crate) fn key(at: &RuleKey<'_>) -> String {
-        let key = if at.composite {
-            hex(at.key)
-        } else {
-            String::from_utf8_lossy(at.key).into_owned()
-        };
-        match at.tag {
+        Self::key_after("", at)
+    }
+
+    /// `prefix` then [`key`](Self::key), built in one string (a batch's key names: the rule's
+    /// relative prefix, then the key).
+    pub(crate) fn key_after(prefix: &str, at: &RuleKey<'_>) -> String {
+        let tag_len = at.tag.map_or(0, |tag| 3 + 2 * tag.len());
+        let mut out = String::with_capacity(prefix.len() + tag_len + 2 * at.key.len());
+        out.push_str(prefix);
+        if let Some(tag) = at.tag {
             // Hex: never empty (an empty tag is no tag), never a brace.
-            Some(tag) => format!("{{t{}}}{key}", hex(tag.as_bytes())),
-            None => key,
+            out.push_str("{t");
+            push_hex(&mut out, tag.as_bytes());
+            out.push('}');
         }
+        if at.composite {
+            push_hex(&mut out, at.key);
+        } else {
+            out.push_str(&String::from_utf8_lossy(at.key));
+        }
+        out
     }
 
     /// The answer when Redis could not decide: counted, then the fault policy's (`None`: the rule
@@ -504,7 +514,7 @@ impl RedisStore {
                 };
                 return Some((Err((limits.len(), error)), None));
             }
-            names.push(format!("{relative}{}", Self::key(at)));
+            names.push(Self::key_after(relative, at));
             limits.push(limit);
         }
         let keys: Vec<BatchKey<'_>> = names

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use redis::aio::{ConnectionLike, ConnectionManager};
+use smallvec::SmallVec;
 use tollgate_core::{
     CheckError, Decision, FixedWindow, Gcra, LeakyBucket, Nanos, Quota, QuotaError, SlidingWindow,
 };
@@ -81,9 +82,29 @@ pub struct BatchLimit {
     pub(crate) kind: Kind,
     pub(crate) params: ScriptParams,
     capacity: u64,
+    /// The key's spec as the batch script reads it, shadow then enforcing (see `spec`): built once
+    /// here rather than formatted for every key of every call.
+    specs: [Box<str>; 2],
 }
 
 impl BatchLimit {
+    fn of(kind: Kind, params: ScriptParams, capacity: u64) -> BatchLimit {
+        let tag = params.quota_tag();
+        let specs = ["0", "1"].map(|enforcing| format!("{}{enforcing}{tag}", kind.code()).into());
+        BatchLimit {
+            kind,
+            params,
+            capacity,
+            specs,
+        }
+    }
+
+    /// The key's spec the batch script reads (batch.lua): the algorithm, enforcing (1/0), then its
+    /// parameters joined by ',' (its quota tag).
+    pub(crate) fn spec(&self, enforcing: bool) -> &str {
+        &self.specs[usize::from(enforcing)]
+    }
+
     /// The limit `algorithm` enforces (build it from
     /// [`RedisEncoding::redis_quota`] so that the script can follow it exactly, as
     /// [`RedisLimiter::new`] does).
@@ -92,11 +113,11 @@ impl BatchLimit {
     /// A [`QuotaError`] when the script cannot follow `algorithm` exactly (as
     /// [`RedisLimiter::from_algorithm`]).
     pub fn new<A: BatchEncoding>(algorithm: &A) -> Result<BatchLimit, QuotaError> {
-        Ok(BatchLimit {
-            kind: A::kind(),
-            params: algorithm.script_params()?,
-            capacity: algorithm.capacity(),
-        })
+        Ok(BatchLimit::of(
+            A::kind(),
+            algorithm.script_params()?,
+            algorithm.capacity(),
+        ))
     }
 
     /// The limit algorithm `A` enforces for `quota`, built as [`RedisLimiter::new`] builds it: from
@@ -133,11 +154,7 @@ impl<A: BatchEncoding, C: ConnectionLike + Clone + Send + Sync> RedisLimiter<A, 
     /// This limiter's algorithm and quota as a [`BatchLimit`]: a [`RedisBatch`] with the same key
     /// prefix decides a key against it exactly as this limiter does, on the same stored state.
     pub fn batch_limit(&self) -> BatchLimit {
-        BatchLimit {
-            kind: A::kind(),
-            params: self.params().clone(),
-            capacity: self.capacity(),
-        }
+        BatchLimit::of(A::kind(), self.params().clone(), self.capacity())
     }
 }
 
@@ -427,7 +444,8 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisBatch<C> {
         }
         // A shadow key that can never admit the cost is not sent: it is denied for good.
         let never = Decision::denied(Nanos::MAX, Nanos::MAX);
-        let sent: Vec<&BatchKey<'_>> = keys.iter().filter(|k| cost <= k.limit.capacity).collect();
+        let sent: SmallVec<[&BatchKey<'_>; 8]> =
+            keys.iter().filter(|k| cost <= k.limit.capacity).collect();
         if sent.is_empty() {
             return Ok((vec![never; keys.len()], None));
         }
@@ -470,23 +488,13 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisBatch<C> {
         peek: bool,
     ) -> Result<(Vec<i64>, Nanos), Error> {
         let mut conn = self.conn.clone();
-        let keys: Vec<String> = sent.iter().map(|k| self.config.key(k.key)).collect();
-        let mut args = Vec::with_capacity(3 + sent.len());
-        args.extend([
-            scripts::time_arg(&self.config, now),
-            cost.to_string(),
-            if peek { "1" } else { "0" }.to_owned(),
-        ]);
-        // Per key its spec: the algorithm, enforcing (1/0), then its parameters joined by ',' (its
-        // quota tag), as batch.lua reads it.
-        args.extend(sent.iter().map(|k| {
-            let enforcing = if k.enforcing { "1" } else { "0" };
-            format!(
-                "{}{enforcing}{}",
-                k.limit.kind.code(),
-                k.limit.params.quota_tag()
-            )
-        }));
+        let keys: SmallVec<[String; 4]> = sent.iter().map(|k| self.config.key(k.key)).collect();
+        let time = scripts::time_arg(&self.config, now);
+        let cost = cost.to_string();
+        let mut args: SmallVec<[&str; 8]> = SmallVec::with_capacity(3 + sent.len());
+        args.extend([time.as_str(), cost.as_str(), if peek { "1" } else { "0" }]);
+        // Per key its spec (batch.lua).
+        args.extend(sent.iter().map(|k| k.limit.spec(k.enforcing)));
         let text: Vec<u8> = tokio::time::timeout(
             self.config.timeout(),
             self.via.invoke(&mut conn, &keys, &args),
@@ -588,6 +596,14 @@ fn integers(text: &[u8]) -> Result<Vec<i64>, Error> {
 
 /// The first key that appears twice in `keys`, if any.
 fn duplicate<'a>(keys: &[BatchKey<'a>]) -> Option<&'a str> {
+    if keys.len() <= 8 {
+        // A request's few keys compared pairwise: nothing to allocate and sort.
+        return keys
+            .iter()
+            .enumerate()
+            .find(|(i, k)| keys[..*i].iter().any(|other| other.key == k.key))
+            .map(|(_, k)| k.key);
+    }
     let mut sorted: Vec<&str> = keys.iter().map(|k| k.key).collect();
     sorted.sort_unstable();
     sorted.windows(2).find(|w| w[0] == w[1]).map(|w| w[0])
@@ -657,5 +673,12 @@ mod tests {
         assert_eq!(duplicate(&keys), None);
         let keys = [keys[0], keys[1], BatchKey::shadow("a", &l)];
         assert_eq!(duplicate(&keys), Some("a"));
+        // Past 8 keys (sorted rather than compared pairwise).
+        let names: Vec<String> = (0..12).map(|i| format!("k{i}")).collect();
+        let mut many: Vec<BatchKey<'_>> =
+            names.iter().map(|n| BatchKey::enforcing(n, &l)).collect();
+        assert_eq!(duplicate(&many), None);
+        many.push(BatchKey::shadow("k7", &l));
+        assert_eq!(duplicate(&many), Some("k7"));
     }
 }

@@ -66,7 +66,7 @@ impl BatchCall {
         &self,
         conn: &mut C,
         keys: &[String],
-        args: &[String],
+        args: &[&str],
     ) -> RedisResult<T>
     where
         C: ConnectionLike,
@@ -100,7 +100,7 @@ enum Fallback {
 }
 
 /// The batch by `FCALL`, the library loaded (`FUNCTION LOAD REPLACE`) where the server lacks it.
-async fn by_function<C, T>(conn: &mut C, keys: &[String], args: &[String]) -> Result<T, Fallback>
+async fn by_function<C, T>(conn: &mut C, keys: &[String], args: &[&str]) -> Result<T, Fallback>
 where
     C: ConnectionLike,
     T: FromRedisValue,
