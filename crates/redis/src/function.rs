@@ -106,8 +106,14 @@ where
     T: FromRedisValue,
 {
     let library = &*BATCH_LIBRARY;
-    let mut fcall = redis::cmd("FCALL");
+    // Sized up front: the command's buffers would otherwise grow (and copy) argument by argument.
+    let data = 16
+        + library.function.len()
+        + keys.iter().map(String::len).sum::<usize>()
+        + args.iter().map(|a| a.len()).sum::<usize>();
+    let mut fcall = redis::Cmd::with_capacity(3 + keys.len() + args.len(), data);
     fcall
+        .arg("FCALL")
         .arg(&library.function)
         .arg(keys.len())
         .arg(keys)
