@@ -472,7 +472,7 @@ proptest! {
             stricter_in_the_past(&fw, &mut states[1], now, latest, cost)?;
             stricter_in_the_past(&sw, &mut states[2], now, latest, cost)?;
             // The log: an admission in the past must also fit at the latest time.
-            if let Ok(d) = log.check_at(now, cost) && d.is_allowed() {
+            if log.check_at(now, cost).is_ok_and(|d| d.is_allowed()) {
                 let live_at_latest = log_stamps
                     .iter()
                     .filter(|&&t| t + q.period_nanos() > latest)

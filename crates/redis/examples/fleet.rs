@@ -32,10 +32,10 @@ fn quota() -> Quota {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if let [flag, url, key] = args.as_slice()
-        && flag == "--instance"
-    {
-        return instance(url, key);
+    if let [flag, url, key] = args.as_slice() {
+        if flag == "--instance" {
+            return instance(url, key);
+        }
     }
     let mut private = None;
     let url = match args.first() {

@@ -131,10 +131,10 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         let Some(hot) = self.hot.as_deref() else {
             return;
         };
-        if hot.count_failure(index, now)
-            && let Some(_guard) = try_lock(&self.stripes[index / self.slots_per_stripe].insert)
-        {
-            self.promote_locked(hot, index);
+        if hot.count_failure(index, now) {
+            if let Some(_guard) = try_lock(&self.stripes[index / self.slots_per_stripe].insert) {
+                self.promote_locked(hot, index);
+            }
         }
     }
 
@@ -153,12 +153,12 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     ) -> Option<Result<Decision, CheckError>> {
         let limiter = &promoted.limiter;
         let cool_after = self.hot.as_deref().map_or(0, |hot| hot.config.cool_after);
-        if limiter.is_idle_at(now, cool_after)
-            && let Some(_guard) = try_lock(&self.stripes[index / self.slots_per_stripe].insert)
-        {
-            // Cooled (bucket full): carried back exactly (module docs).
-            self.demote_locked(index, word, promoted, now);
-            return None;
+        if limiter.is_idle_at(now, cool_after) {
+            if let Some(_guard) = try_lock(&self.stripes[index / self.slots_per_stripe].insert) {
+                // Cooled (bucket full): carried back exactly (module docs).
+                self.demote_locked(index, word, promoted, now);
+                return None;
+            }
         }
         if reserve == 0 {
             return Some(limiter.check_at(now, cost));
@@ -270,10 +270,10 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         if self.hot.is_none() {
             return;
         }
-        if let Scan::Found(index, word) = self.scan(place, None, None)
-            && let Some(promoted) = self.promoted(index, word)
-        {
-            self.demote_locked(index, word, promoted, now);
+        if let Scan::Found(index, word) = self.scan(place, None, None) {
+            if let Some(promoted) = self.promoted(index, word) {
+                self.demote_locked(index, word, promoted, now);
+            }
         }
     }
 

@@ -180,10 +180,10 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         // A promoted key's marker, seen in the word we scanned, goes to its leased limiter at once
         // rather than through a GCRA denial on the marker first (`hot.rs`). Tested only where
         // promotion is on: a window algorithm's state may have the top bits set.
-        if self.hot.is_some()
-            && let Some(promoted) = self.promoted(index, current)
-        {
-            return self.decide_promoted(promoted, index, current, now, cost, reserve.units());
+        if self.hot.is_some() {
+            if let Some(promoted) = self.promoted(index, current) {
+                return self.decide_promoted(promoted, index, current, now, cost, reserve.units());
+            }
         }
         let hash_part = current.hash_part();
         let outcome = cas_loop(
