@@ -167,7 +167,8 @@ start_replica() {
       # The primary streams nothing to a freshly synced replica (a WAIT's GETACK included) until
       # the replica's first REPLCONF ACK, sent once a second (guides/redis.md, durable): one write
       # confirmed before the row starts, so that its first WAITs do not time out for that reason.
-      # (A 1 s run without warm-up still sees 7-8 fail-closed calls; the 2 s warm-up hides them.)
+      # (1 s runs without warm-up still saw 7-8 fail-closed calls in three of four; the 2 s
+      # warm-up hides them; not explained.)
       redis-cli -p "$redis_port" set tollgate:fleet:ready 1 >/dev/null
       [ "$(redis-cli -p "$redis_port" wait 1 3000)" = 1 ] && return 0
       break
