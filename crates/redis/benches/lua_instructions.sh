@@ -14,7 +14,8 @@
 # EVALSHA, and where the revision has the function library (crates/redis/src/function.rs), the
 # same batch by FCALL. The scripts and the library are built from the REV's Lua files as
 # crates/redis/src/scripts.rs and function.rs build them, with the arguments batch.rs sends (one
-# spec per key where batch.lua reads specs, else five values per key).
+# plan where batch.lua reads a plan, else one spec per key where it reads specs, else five values
+# per key).
 #
 # Env: N (calls counted, default 2000, after 500 uncounted), SCENARIOS (default "expired live").
 # Needs redis-server, redis-cli, redis-benchmark, valgrind (callgrind_control), python3.
@@ -104,20 +105,29 @@ for rev in "${@:-worktree}"; do
       live) params=('1,1000,100000000' '1,1000,100000000' '1,1000,100000000') ;;
       *) echo "unknown scenario $scenario" >&2; exit 2 ;;
     esac
+    # The arguments after now_us (''), as the REV's batch.lua reads them: one plan (cost, peek and
+    # the keys' specs in one value), else cost, peek and one spec per key, else cost, peek and five
+    # values per key.
     args=()
-    if source_file "$rev" lua/batch.lua | grep -q 'one value, its spec'; then
+    if source_file "$rev" lua/batch.lua | grep -q "the request's plan"; then
+      plan="1 0"
+      for p in "${params[@]}"; do plan+=" g1$p"; done
+      args=("$plan")
+    elif source_file "$rev" lua/batch.lua | grep -q 'one value, its spec'; then
+      args=(1 0)
       for p in "${params[@]}"; do args+=("g1$p"); done
     else
+      args=(1 0)
       for p in "${params[@]}"; do args+=(g 1 ${p//,/ }); done
     fi
     # shellcheck disable=SC2086
     per_call=$(measure redis-cli -p @PORT@ -x script load -- \
-      evalsha "$sha" 3 $KEYS "" 1 0 "${args[@]}" <"$script")
+      evalsha "$sha" 3 $KEYS "" "${args[@]}" <"$script")
     printf '%-12s %-8s %-8s %s\n' "$rev" evalsha "$scenario" "$per_call"
     if [ -n "$library" ]; then
       # shellcheck disable=SC2086
       per_call=$(measure redis-cli -p @PORT@ -x function load replace -- \
-        fcall "tollgate_batch_${sha:0:16}" 3 $KEYS "" 1 0 "${args[@]}" <"$library")
+        fcall "tollgate_batch_${sha:0:16}" 3 $KEYS "" "${args[@]}" <"$library")
       printf '%-12s %-8s %-8s %s\n' "$rev" fcall "$scenario" "$per_call"
     fi
   done

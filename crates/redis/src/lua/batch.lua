@@ -1,12 +1,14 @@
 -- Several keys decided as one request: `batch`, called once per request by the batch script
 -- (batch_eval.lua, run by EVALSHA) or by the function library's function (FCALL; see
 -- crates/redis/src/function.rs). KEYS[1..n]: the keys (all on one node; one hash slot on Redis
--- Cluster). ARGV: now_us or '', cost, peek (0/1), then per key, in order, one value, its spec: its
--- algorithm ('g': GCRA and the leaky bucket, 'f': fixed window, 's': sliding window), enforcing
--- ('1', or '0' for a shadow key), and the algorithm's three parameters as that algorithm's
--- single-key script takes them, joined by ',' (which is the quota tag its state is stored with):
--- 'g1' .. '1,1,100000'. One value, not five: fewer arguments for Redis to hand over, and the same
--- spec for every call of a rule, which a function library parses once (a memo).
+-- Cluster). ARGV[1]: now_us or ''. ARGV[2]: the request's plan, its parts separated by single
+-- spaces: the cost, peek (0/1), then per key, in order, its spec: its algorithm ('g': GCRA and the
+-- leaky bucket, 'f': fixed window, 's': sliding window), enforcing ('1', or '0' for a shadow key),
+-- and the algorithm's three parameters as that algorithm's single-key script takes them, joined by
+-- ',' (which is the quota tag its state is stored with): '1 0 g11,1,100000 g01,1,5000'. One value
+-- for all of them: Redis builds ARGV one element at a time (about 1 k instructions each), and a
+-- function library parses a plan it has seen once (a memo: the same rules and cost send the same
+-- plan).
 -- Every key is decided first, at one `now`, on the state it holds, by the same `*_decide` function
 -- as its single-key script (reads only); then, unless this is a peek, every key's admission is
 -- written only if every enforcing key admitted (a shadow key never denies the request, and its
@@ -18,8 +20,7 @@
 -- decided at, in µs (what a reservation settles against). All in one bulk string, in decimal,
 -- separated by single spaces: the client reads one value instead of an array of 4 × keys + 1
 -- (redis-rs's reply parser spent about 10 k instructions per 3-key call on the array, a tenth of
--- tollgate-server's work per call; the one `format` call here costs Redis about 7 k, measured
--- with crates/redis/benches/lua_instructions.sh).
+-- tollgate-server's work per call).
 local WINDOWS = {f = fixed_window_decide, s = sliding_window_decide}
 -- The position of the key being decided, for the error that names it.
 local batch_at = 0
@@ -46,7 +47,32 @@ local function spec_of(spec)
   SPECS[spec], SPECS_N = e, SPECS_N + 1
   return e
 end
-local function batch_decide(now, cost, reply, commits, carries, params)
+-- Plans parsed, by their text (a memo): {cost, peek (a boolean), the keys' specs (spec_of)}.
+local PLANS, PLANS_N = {}, 0
+local function plan_of(text)
+  local p = PLANS[text]
+  if p then
+    return p
+  end
+  local cost, peek, rest
+  if type(text) == 'string' then
+    cost, peek, rest = match(text, '^(%d+) ([01])(.*)$')
+  end
+  if not cost or #cost > 16 then
+    error({err = 'ERR the plan ' .. shown(text) .. ' is not a cost, 0/1 and key specs'})
+  end
+  local specs = {}
+  for spec in string.gmatch(rest, ' ([^ ]*)') do
+    specs[#specs + 1] = spec_of(spec)
+  end
+  p = {tonum(cost), peek == '1', specs}
+  if PLANS_N >= MEMO_MAX then
+    PLANS, PLANS_N = {}, 0
+  end
+  PLANS[text], PLANS_N = p, PLANS_N + 1
+  return p
+end
+local function batch_decide(now, cost, specs, reply, commits, carries, params)
   -- Every key's decision at `now` (reads only), its four reply values appended to `reply`, its
   -- writes kept (commits[i]: the admission's, carries[i]: the carry-over's; false: none; for GCRA
   -- the ahead tat_write stores, its spec in params[i]; for the windows a function). Returns
@@ -73,7 +99,7 @@ local function batch_decide(now, cost, reply, commits, carries, params)
         end
       end
     end
-    local spec = spec_of(ARGV[i + 3])
+    local spec = specs[i]
     local code, a, b, c = spec[1], spec[3], spec[4], spec[5]
     local allowed, remaining, retry, reset, commit, carry
     if code == 'g' then
@@ -102,28 +128,28 @@ end
 -- COMMITS and CARRIES (of PARAMS for each GCRA key) before it reads any, and the entries past
 -- those are never read; it sets the reply's 4 × #KEYS + 1 values and formats those.
 local REPLY, COMMITS, CARRIES, PARAMS = {}, {}, {}, {}
--- The reply's format for n values ('%d %d ... %d' with INT), by n (a memo: one per key count).
-local REPLY_FORMATS = {}
+-- The reply's text: its values' digits (digits, a memo: the same small values recur from call to
+-- call, and a memo hit costs Redis's Lua a fraction of the `format` it saves) joined by single
+-- spaces; PARTS is kept from call to call like REPLY (entries 1..n set before they are read).
+local PARTS = {}
 local function reply_text(reply, n)
-  if n > 4000 then
-    -- Past what one call may pass on Lua's stack (unpack): value by value.
-    local parts = {}
-    for i = 1, n do
-      parts[i] = format(INT, reply[i])
-    end
-    return table.concat(parts, ' ')
+  local parts, memo = PARTS, DIGITS
+  for i = 1, n - 1 do
+    local v = reply[i]
+    parts[i] = memo[v] or digits(v)
   end
-  local f = REPLY_FORMATS[n]
-  if not f then
-    f = string.rep(INT .. ' ', n - 1) .. INT
-    REPLY_FORMATS[n] = f
-  end
-  return format(f, unpack(reply, 1, n))
+  -- The last value is `now`, new on every call: formatted, not memoized.
+  parts[n] = str(reply[n])
+  return concat(parts, ' ', 1, n)
 end
 local function batch()
-  local now, cost, peek = now_us(), num(ARGV[2]), ARGV[3] == '1'
+  local now, plan = now_us(), plan_of(ARGV[2])
+  local cost, peek, specs = plan[1], plan[2], plan[3]
+  if #specs ~= #KEYS then
+    error({err = 'ERR the plan has ' .. #specs .. ' key specs for ' .. #KEYS .. ' keys'})
+  end
   local reply, commits, carries, params = REPLY, COMMITS, CARRIES, PARAMS
-  local ok, admitted = pcall(batch_decide, now, cost, reply, commits, carries, params)
+  local ok, admitted = pcall(batch_decide, now, cost, specs, reply, commits, carries, params)
   if not ok then
     -- Redis 7 hands pcall the error's message; older versions the error table.
     local r = admitted

@@ -10,11 +10,11 @@ local LIMIT = 9007199254740992
 -- while it loads). INT: '%d' where Lua's integer cast (a C long) is exact up to 2^53 (every 64-bit
 -- build; about half the cost of '%.0f'), else '%.0f' (exact below 2^53). INT3: a quota tag (see
 -- quota_tag).
-local floor, format, find, sub, match, tonum
+local floor, format, find, sub, match, tonum, concat
 local INT, INT3
 local function init()
   floor, format, find, sub, match = math.floor, string.format, string.find, string.sub, string.match
-  tonum = tonumber
+  tonum, concat = tonumber, table.concat
   INT = '%.0f'
   if format('%d', LIMIT) == '9007199254740992' then
     INT = '%d'
@@ -35,7 +35,17 @@ local function idiv(a, b)
   return q
 end
 local function cdiv(a, b)
-  local q = idiv(a, b)
+  -- ceil(a / b) for a >= 0, b > 0. idiv's body, not a call of it: a Lua call costs Redis's
+  -- interpreter about 400 instructions, and this runs several times per key.
+  if b == 1 then
+    return a
+  end
+  local q = floor(a / b)
+  if q * b > a then
+    q = q - 1
+  elseif (q + 1) * b <= a then
+    q = q + 1
+  end
   if q * b < a then
     q = q + 1
   end
