@@ -128,19 +128,26 @@ end
 -- COMMITS and CARRIES (of PARAMS for each GCRA key) before it reads any, and the entries past
 -- those are never read; it sets the reply's 4 × #KEYS + 1 values and formats those.
 local REPLY, COMMITS, CARRIES, PARAMS = {}, {}, {}, {}
--- The reply's text: its values' digits (digits, a memo: the same small values recur from call to
--- call, and a memo hit costs Redis's Lua a fraction of the `format` it saves) joined by single
--- spaces; PARTS is kept from call to call like REPLY (entries 1..n set before they are read).
-local PARTS = {}
+-- The reply's format for n values ('%d %d ... %d' with INT), by n (a memo: one per key count).
+-- One `format` of every value: looking each value up in the digits memo instead saves about 3 k
+-- instructions where the keys expire between calls and costs about 5 k where they live (their
+-- values recur less), as with real quotas (lua_instructions.sh, 2026-12-05 and 2026-12-06).
+local REPLY_FORMATS = {}
 local function reply_text(reply, n)
-  local parts, memo = PARTS, DIGITS
-  for i = 1, n - 1 do
-    local v = reply[i]
-    parts[i] = memo[v] or digits(v)
+  if n > 4000 then
+    -- Past what one call may pass on Lua's stack (unpack): value by value.
+    local parts = {}
+    for i = 1, n do
+      parts[i] = format(INT, reply[i])
+    end
+    return concat(parts, ' ')
   end
-  -- The last value is `now`, new on every call: formatted, not memoized.
-  parts[n] = str(reply[n])
-  return concat(parts, ' ', 1, n)
+  local f = REPLY_FORMATS[n]
+  if not f then
+    f = string.rep(INT .. ' ', n - 1) .. INT
+    REPLY_FORMATS[n] = f
+  end
+  return format(f, unpack(reply, 1, n))
 end
 local function batch()
   local now, plan = now_us(), plan_of(ARGV[2])
