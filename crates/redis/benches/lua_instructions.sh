@@ -13,8 +13,8 @@
 # are there when read, a state to parse and compare, then rewritten). Per REV the batch script by
 # EVALSHA, and where the revision has the function library (crates/redis/src/function.rs), the
 # same batch by FCALL. The scripts and the library are built from the REV's Lua files as
-# crates/redis/src/scripts.rs and function.rs build them, with the arguments batch.rs sends (one
-# plan where batch.lua reads a plan, else one spec per key where it reads specs, else five values
+# crates/redis/src/scripts.rs and function.rs build them, with the arguments batch.rs sends (the
+# cost and one plan where batch.lua reads a plan, else one spec per key where it reads specs, else five values
 # per key).
 #
 # Env: N (calls counted, default 2000, after 500 uncounted), SCENARIOS (default "expired live").
@@ -105,11 +105,15 @@ for rev in "${@:-worktree}"; do
       live) params=('1,1000,100000000' '1,1000,100000000' '1,1000,100000000') ;;
       *) echo "unknown scenario $scenario" >&2; exit 2 ;;
     esac
-    # The arguments after now_us (''), as the REV's batch.lua reads them: one plan (cost, peek and
-    # the keys' specs in one value), else cost, peek and one spec per key, else cost, peek and five
-    # values per key.
+    # The arguments after now_us (''), as the REV's batch.lua reads them: the cost and one plan
+    # (peek and the keys' specs in one value); at 67732f7-f80c672 one plan with the cost in it;
+    # before, cost, peek and one spec per key, and before that five values per key.
     args=()
-    if source_file "$rev" lua/batch.lua | grep -q "the request's plan"; then
+    if source_file "$rev" lua/batch.lua | grep -q "ARGV\[3\]: the request's plan"; then
+      plan="0"
+      for p in "${params[@]}"; do plan+=" g1$p"; done
+      args=(1 "$plan")
+    elif source_file "$rev" lua/batch.lua | grep -q "the request's plan"; then
       plan="1 0"
       for p in "${params[@]}"; do plan+=" g1$p"; done
       args=("$plan")

@@ -490,8 +490,9 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisBatch<C> {
         let mut conn = self.conn.clone();
         let keys: SmallVec<[String; 4]> = sent.iter().map(|k| self.config.key(k.key)).collect();
         let time = scripts::time_arg(&self.config, now);
-        let plan = plan(sent, cost, peek);
-        let args = [time.as_str(), plan.as_str()];
+        let cost = cost.to_string();
+        let plan = plan(sent, peek);
+        let args = [time.as_str(), cost.as_str(), plan.as_str()];
         let text: Vec<u8> = tokio::time::timeout(
             self.config.timeout(),
             self.via.invoke(&mut conn, &keys, &args),
@@ -549,18 +550,17 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisBatch<C> {
     }
 }
 
-/// The request's plan, the batch's second argument (batch.lua): the cost, peek (0/1), then each
-/// sent key's spec, separated by single spaces. One argument, not one per part: the same rules and
-/// cost send the same text, which the function library parses once.
-fn plan(sent: &[&BatchKey<'_>], cost: u64, peek: bool) -> String {
-    use std::fmt::Write as _;
+/// The request's plan, the batch's third argument (batch.lua): peek (0/1), then each sent key's
+/// spec, separated by single spaces. One argument, not one per key: the same rules send the same
+/// text, which the function library parses once (the cost, which may change on every request, is
+/// the second argument).
+fn plan(sent: &[&BatchKey<'_>], peek: bool) -> String {
     let specs: usize = sent
         .iter()
         .map(|k| k.limit.spec(k.enforcing).len() + 1)
         .sum();
-    let mut plan = String::with_capacity(24 + specs);
-    // Writing to a String cannot fail.
-    let _ = write!(plan, "{cost} {}", if peek { '1' } else { '0' });
+    let mut plan = String::with_capacity(1 + specs);
+    plan.push(if peek { '1' } else { '0' });
     for k in sent {
         plan.push(' ');
         plan.push_str(k.limit.spec(k.enforcing));

@@ -1,14 +1,14 @@
 -- Several keys decided as one request: `batch`, called once per request by the batch script
 -- (batch_eval.lua, run by EVALSHA) or by the function library's function (FCALL; see
 -- crates/redis/src/function.rs). KEYS[1..n]: the keys (all on one node; one hash slot on Redis
--- Cluster). ARGV[1]: now_us or ''. ARGV[2]: the request's plan, its parts separated by single
--- spaces: the cost, peek (0/1), then per key, in order, its spec: its algorithm ('g': GCRA and the
--- leaky bucket, 'f': fixed window, 's': sliding window), enforcing ('1', or '0' for a shadow key),
--- and the algorithm's three parameters as that algorithm's single-key script takes them, joined by
--- ',' (which is the quota tag its state is stored with): '1 0 g11,1,100000 g01,1,5000'. One value
--- for all of them: Redis builds ARGV one element at a time (about 1 k instructions each), and a
--- function library parses a plan it has seen once (a memo: the same rules and cost send the same
--- plan).
+-- Cluster). ARGV[1]: now_us or ''. ARGV[2]: the cost. ARGV[3]: the request's plan, its parts
+-- separated by single spaces: peek (0/1), then per key, in order, its spec: its algorithm ('g':
+-- GCRA and the leaky bucket, 'f': fixed window, 's': sliding window), enforcing ('1', or '0' for a
+-- shadow key), and the algorithm's three parameters as that algorithm's single-key script takes
+-- them, joined by ',' (which is the quota tag its state is stored with): '0 g11,1,100000
+-- g01,1,5000'. One value for all of them: Redis builds ARGV one element at a time (about 1 k
+-- instructions each), and a function library parses a plan it has seen once (a memo: the same
+-- rules send the same plan; the cost, which may differ on every request, is not in it).
 -- Every key is decided first, at one `now`, on the state it holds, by the same `*_decide` function
 -- as its single-key script (reads only); then, unless this is a peek, every key's admission is
 -- written only if every enforcing key admitted (a shadow key never denies the request, and its
@@ -24,48 +24,42 @@
 local WINDOWS = {f = fixed_window_decide, s = sliding_window_decide}
 -- The position of the key being decided, for the error that names it.
 local batch_at = 0
--- Key specs parsed, by the spec (a memo, as those in the prelude).
-local SPECS, SPECS_N = {}, 0
 local function spec_of(spec)
   -- {algorithm, enforcing (a boolean), the three parameters, the quota tag} of a key's spec. The
   -- tag is the parameters as sent (the client sends plain digits: quota_tag of their numbers).
-  local e = SPECS[spec]
-  if e then
-    return e
-  end
-  local code, enforcing, tag, a, b, c
-  if type(spec) == 'string' then
-    code, enforcing, tag, a, b, c = match(spec, '^(%a)([01])((%d+),(%d+),(%d+))$')
-  end
+  local code, enforcing, tag, a, b, c = match(spec, '^(%a)([01])((%d+),(%d+),(%d+))$')
   if not code or #a > 16 or #b > 16 or #c > 16 then
     error({err = 'ERR the key spec ' .. shown(spec) .. ' is not an algorithm, 0/1 and three integers'})
   end
-  e = {code, enforcing == '1', tonum(a), tonum(b), tonum(c), tag}
-  if SPECS_N >= MEMO_MAX then
-    SPECS, SPECS_N = {}, 0
-  end
-  SPECS[spec], SPECS_N = e, SPECS_N + 1
-  return e
+  return {code, enforcing == '1', tonum(a), tonum(b), tonum(c), tag}
 end
--- Plans parsed, by their text (a memo): {cost, peek (a boolean), the keys' specs (spec_of)}.
+-- Plans parsed, by their text (a memo, as those in the prelude): {peek (a boolean), the keys'
+-- specs (spec_of)}.
 local PLANS, PLANS_N = {}, 0
 local function plan_of(text)
   local p = PLANS[text]
   if p then
     return p
   end
-  local cost, peek, rest
+  local peek, rest
   if type(text) == 'string' then
-    cost, peek, rest = match(text, '^(%d+) ([01])(.*)$')
+    peek, rest = match(text, '^([01])(.*)$')
   end
-  if not cost or #cost > 16 then
-    error({err = 'ERR the plan ' .. shown(text) .. ' is not a cost, 0/1 and key specs'})
+  if not peek then
+    error({err = 'ERR the plan ' .. shown(text) .. ' is not 0/1 and key specs'})
   end
-  local specs = {}
+  -- A request's rules often share a quota, so its keys the same spec: each parsed once (what
+  -- counts where no memo outlives the call, the EVALSHA fallback).
+  local specs, parsed = {}, {}
   for spec in string.gmatch(rest, ' ([^ ]*)') do
-    specs[#specs + 1] = spec_of(spec)
+    local e = parsed[spec]
+    if not e then
+      e = spec_of(spec)
+      parsed[spec] = e
+    end
+    specs[#specs + 1] = e
   end
-  p = {tonum(cost), peek == '1', specs}
+  p = {peek == '1', specs}
   if PLANS_N >= MEMO_MAX then
     PLANS, PLANS_N = {}, 0
   end
@@ -150,8 +144,8 @@ local function reply_text(reply, n)
   return format(f, unpack(reply, 1, n))
 end
 local function batch()
-  local now, plan = now_us(), plan_of(ARGV[2])
-  local cost, peek, specs = plan[1], plan[2], plan[3]
+  local now, cost, plan = now_us(), num(ARGV[2]), plan_of(ARGV[3])
+  local peek, specs = plan[1], plan[2]
   if #specs ~= #KEYS then
     error({err = 'ERR the plan has ' .. #specs .. ' key specs for ' .. #KEYS .. ' keys'})
   end
