@@ -14,8 +14,8 @@
 # EVALSHA, and where the revision has the function library (crates/redis/src/function.rs), the
 # same batch by FCALL. The scripts and the library are built from the REV's Lua files as
 # crates/redis/src/scripts.rs and function.rs build them, with the arguments batch.rs sends (the
-# cost and one plan where batch.lua reads a plan, else one spec per key where it reads specs, else five values
-# per key).
+# cost and one plan where batch.lua reads a plan, else one spec per key where it reads specs, else
+# five values per key).
 #
 # Env: N (calls counted, default 2000, after 500 uncounted), SCENARIOS (default "expired live").
 # Needs redis-server, redis-cli, redis-benchmark, valgrind (callgrind_control), python3.

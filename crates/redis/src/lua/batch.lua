@@ -134,7 +134,7 @@ local function reply_text(reply, n)
     for i = 1, n do
       parts[i] = format(INT, reply[i])
     end
-    return concat(parts, ' ')
+    return table.concat(parts, ' ')
   end
   local f = REPLY_FORMATS[n]
   if not f then

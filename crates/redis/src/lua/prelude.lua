@@ -10,11 +10,11 @@ local LIMIT = 9007199254740992
 -- while it loads). INT: '%d' where Lua's integer cast (a C long) is exact up to 2^53 (every 64-bit
 -- build; about half the cost of '%.0f'), else '%.0f' (exact below 2^53). INT3: a quota tag (see
 -- quota_tag).
-local floor, format, find, sub, match, tonum, concat
+local floor, format, find, sub, match, tonum
 local INT, INT3
 local function init()
   floor, format, find, sub, match = math.floor, string.format, string.find, string.sub, string.match
-  tonum, concat = tonumber, table.concat
+  tonum = tonumber
   INT = '%.0f'
   if format('%d', LIMIT) == '9007199254740992' then
     INT = '%d'
