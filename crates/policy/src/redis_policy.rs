@@ -43,7 +43,9 @@ pub(crate) struct RedisLive {
 /// request consumes nothing anywhere.
 /// * **Per request** (no lease): every rule of the request in **one script call** (tollgate-redis's
 ///   `RedisBatch`): all checked at one instant, every admission written only when every enforcing
-///   rule admits. Atomic and exact, one round trip, whatever the number of rules.
+///   rule admits. Atomic and exact, one round trip, whatever the number of rules. On one node,
+///   concurrent requests share that call (`RedisBatch::with_coalescing`: one `FCALL` for the
+///   requests that arrive while the previous call is in flight, each decided in turn as alone).
 /// * **Lease mode**: rule by rule, each on its local lease (a round trip only when a lease runs
 ///   out); on a denial every rule that admitted gets its units back into its lease.
 /// * **A group** ([`check_all`](Self::check_all), the descriptors of one RLS call): per request

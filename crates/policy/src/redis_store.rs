@@ -329,11 +329,12 @@ impl RedisStore {
                     .with_policy(settings.fail)
                     .with_breaker(settings.breaker);
                 let batch = RedisBatch::new(conn.clone(), config);
-                // On a cluster a request's keys in several slots go as one script per slot.
+                // On a cluster a request's keys in several slots go as one script per slot; on
+                // one node concurrent requests go as one call.
                 let batch = if conn.is_cluster() {
                     batch.with_slot_groups()
                 } else {
-                    batch
+                    batch.with_coalescing()
                 };
                 match settings.durable {
                     Some(durable) => batch.with_durability(durable),

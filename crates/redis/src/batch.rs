@@ -10,6 +10,7 @@ use tollgate_core::{
 };
 
 use crate::breaker::{Admission, Breaker, BreakerStats, Outcome};
+use crate::coalesce::{Answer, Coalesce, Coalescer, Request};
 use crate::config::RedisConfig;
 use crate::durable::Durability;
 use crate::encoding::RedisEncoding;
@@ -265,6 +266,9 @@ pub struct RedisBatch<C = ConnectionManager> {
     pub(crate) split: bool,
     /// `FCALL` or `EVALSHA` (shared by the clones).
     pub(crate) via: Arc<BatchCall>,
+    /// Concurrent requests sent as one call ([`with_coalescing`](Self::with_coalescing); shared by
+    /// the clones).
+    coalesce: Option<Arc<dyn Coalesce>>,
 }
 
 /// Whether a batch's request was admitted: every enforcing key's decision is allowed (`keys` and
@@ -286,7 +290,30 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisBatch<C> {
             durability: None,
             split: false,
             via: Arc::default(),
+            coalesce: None,
         }
+    }
+
+    /// Sends concurrent requests (of this batch and its clones) as one call: while a call is in
+    /// flight, the requests that arrive wait, and the next call carries them all (up to 64), each
+    /// decided in turn exactly as its own call would decide it (atomic, on the state the one
+    /// before it left, its own errors its own: a request whose key is of a foreign type fails
+    /// alone and writes nothing). Redis then runs one command, one `TIME` and one reply per group
+    /// rather than per request; a request alone goes at once. The requests of one call share the
+    /// server's `TIME` (the instant the call runs).
+    ///
+    /// **One node only** (or a primary behind one address): a group's keys span any slots, which
+    /// Redis Cluster refuses (`CROSSSLOT`). By the library's function (`FCALL`, Redis 7 and
+    /// later); where functions are not there to use, each request goes alone, as without this.
+    /// Each request keeps its own timeout (a group call is bounded by the same one). Needs a
+    /// tokio runtime (outside one a request goes alone).
+    pub fn with_coalescing(mut self) -> Self
+    where
+        C: 'static,
+    {
+        let coalescer = Coalescer::new(self.conn.clone(), self.via.clone(), self.config.timeout());
+        self.coalesce = Some(Arc::new(coalescer));
+        self
     }
 
     /// After every call whose script wrote an admission, waits for `durability`'s replicas to
@@ -487,27 +514,46 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisBatch<C> {
         cost: u64,
         peek: bool,
     ) -> Result<(Vec<i64>, Nanos), Error> {
+        let request = Request {
+            keys: sent.iter().map(|k| self.config.key(k.key)).collect(),
+            time: scripts::time_arg(&self.config, now),
+            cost: cost.to_string(),
+            plan: plan(sent, peek),
+        };
+        let timeout = self.config.timeout();
+        let grouped = match &self.coalesce {
+            Some(c) if !self.via.script_only() => Arc::clone(c).submit(request),
+            _ => Err(request),
+        };
+        let request = match grouped {
+            Err(request) => request,
+            Ok(answer) => match tokio::time::timeout(timeout, answer).await {
+                Err(_) => return Err(Error::Timeout(timeout)),
+                // The group's task was dropped (its runtime shut down): no answer came.
+                Ok(Err(_)) => {
+                    return Err(Error::Redis(redis::RedisError::from(
+                        std::io::Error::other("the group call was dropped with its runtime"),
+                    )));
+                }
+                Ok(Ok(Answer::Reply(text))) => return reply_of(&text, sent),
+                Ok(Ok(Answer::Failed(e))) => return Err(self.classify(e, sent)),
+                Ok(Ok(Answer::Timeout(t))) => return Err(Error::Timeout(t)),
+                Ok(Ok(Answer::BadReply(why))) => return Err(Error::BadReply(why)),
+                Ok(Ok(Answer::Alone(request))) => request,
+            },
+        };
         let mut conn = self.conn.clone();
-        let keys: SmallVec<[String; 4]> = sent.iter().map(|k| self.config.key(k.key)).collect();
-        let time = scripts::time_arg(&self.config, now);
-        let cost = cost.to_string();
-        let plan = plan(sent, peek);
-        let args = [time.as_str(), cost.as_str(), plan.as_str()];
-        let text: Vec<u8> = tokio::time::timeout(
-            self.config.timeout(),
-            self.via.invoke(&mut conn, &keys, &args),
-        )
-        .await
-        .map_err(|_| Error::Timeout(self.config.timeout()))?
-        .map_err(|e| self.classify(e, sent))?;
-        let mut reply = integers(&text)?;
-        // Four values per key, then the instant decided at (µs).
-        if reply.len() != sent.len() * 4 + 1 {
-            return Err(short(&reply, sent));
-        }
-        let at = reply.pop().and_then(|us| u64::try_from(us).ok());
-        let at = at.ok_or_else(|| Error::BadReply("a negative time".to_owned()))?;
-        Ok((reply, at.saturating_mul(1000)))
+        let args = [
+            request.time.as_str(),
+            request.cost.as_str(),
+            request.plan.as_str(),
+        ];
+        let text: Vec<u8> =
+            tokio::time::timeout(timeout, self.via.invoke(&mut conn, &request.keys, &args))
+                .await
+                .map_err(|_| Error::Timeout(timeout))?
+                .map_err(|e| self.classify(e, sent))?;
+        reply_of(&text, sent)
     }
 
     /// A script error as the crate's [`Error`]: `TOLLGATE_KEY <i> <error>` names the key (from 1)
@@ -566,6 +612,18 @@ fn plan(sent: &[&BatchKey<'_>], peek: bool) -> String {
         plan.push_str(k.limit.spec(k.enforcing));
     }
     plan
+}
+
+/// The batch's reply text as its values (four per sent key) and the instant decided at (ns).
+fn reply_of(text: &[u8], sent: &[&BatchKey<'_>]) -> Result<(Vec<i64>, Nanos), Error> {
+    let mut reply = integers(text)?;
+    // Four values per key, then the instant decided at (µs).
+    if reply.len() != sent.len() * 4 + 1 {
+        return Err(short(&reply, sent));
+    }
+    let at = reply.pop().and_then(|us| u64::try_from(us).ok());
+    let at = at.ok_or_else(|| Error::BadReply("a negative time".to_owned()))?;
+    Ok((reply, at.saturating_mul(1000)))
 }
 
 /// The script's reply as a decision per key of `keys` (`sent`: those sent, in order).

@@ -16,7 +16,7 @@ use redis::{FromRedisValue, RedisError, RedisResult};
 
 use crate::scripts::BATCH;
 
-/// The batch function's library: its name and function name carry the batch script's SHA-1 (its
+/// The batch function's library: its name and function names carry the SHA-1 of its code (the
 /// first 16 hex digits), so that servers shared by several versions of this crate hold one library
 /// per version, each loaded with `REPLACE` without replacing another's.
 #[derive(Debug)]
@@ -24,23 +24,35 @@ pub(crate) struct Library {
     /// The function that decides a batch (`FCALL <function> <numkeys> <keys> <args>`, as the
     /// script's `EVALSHA`).
     pub(crate) function: String,
+    /// The function that decides several requests in one call (batch_many.lua).
+    pub(crate) many: String,
     /// The library's code, for `FUNCTION LOAD`.
     pub(crate) code: String,
 }
 
 /// The batch's library: the batch script's definitions (the same files), `KEYS` and `ARGV` made
-/// upvalues that the function sets on each call (a library has no such globals), and the function.
+/// upvalues that the functions set on each call (a library has no such globals), and the functions.
 pub(crate) static BATCH_LIBRARY: LazyLock<Library> = LazyLock::new(|| {
-    let version = &BATCH.get_hash()[..16];
+    let definitions = concat!(
+        crate::scripts::batch_definitions!(),
+        include_str!("lua/batch_many.lua")
+    );
+    let version = redis::Script::new(definitions).get_hash()[..16].to_owned();
     let name = format!("tollgate_{version}");
     let function = format!("tollgate_batch_{version}");
-    let definitions = crate::scripts::batch_definitions!();
+    let many = format!("tollgate_batch_many_{version}");
     let code = format!(
         "#!lua name={name}\nlocal KEYS, ARGV\n{definitions}\
          redis.register_function('{function}', function(keys, args)\n  \
-         KEYS, ARGV = keys, args\n  return batch()\nend)\n"
+         KEYS, ARGV = keys, args\n  return batch()\nend)\n\
+         redis.register_function('{many}', function(keys, args)\n  \
+         KEYS, ARGV = keys, args\n  return batch_many()\nend)\n"
     );
-    Library { function, code }
+    Library {
+        function,
+        many,
+        code,
+    }
 });
 
 /// How a [`RedisBatch`](crate::RedisBatch) and its clones send a batch: by `FCALL` until the server
@@ -52,6 +64,12 @@ pub(crate) struct BatchCall {
 }
 
 impl BatchCall {
+    /// From now on, calls go by the script only (the server refused functions).
+    pub(crate) fn refused(&self) {
+        // Relaxed: see script_only.
+        self.script_only.store(true, Ordering::Relaxed);
+    }
+
     /// Whether calls go by the script only (the server refused functions).
     pub(crate) fn script_only(&self) -> bool {
         // Relaxed: a hint that orders nothing else; a call racing the store sends one more FCALL,
@@ -73,12 +91,9 @@ impl BatchCall {
         T: FromRedisValue,
     {
         if !self.script_only() {
-            match by_function(conn, keys, args).await {
+            match by_function(conn, &BATCH_LIBRARY.function, keys, args).await {
                 Ok(reply) => return Ok(reply),
-                Err(Fallback::ForGood) => {
-                    // Relaxed: see script_only.
-                    self.script_only.store(true, Ordering::Relaxed);
-                }
+                Err(Fallback::ForGood) => self.refused(),
                 Err(Fallback::Once) => {}
                 Err(Fallback::Error(e)) => return Err(e),
             }
@@ -90,7 +105,7 @@ impl BatchCall {
 }
 
 /// Why a batch did not go by its function.
-enum Fallback {
+pub(crate) enum Fallback {
     /// The server refuses functions, or this library: the script from now on.
     ForGood,
     /// This call only (memory, a server not ready to load): the script.
@@ -99,8 +114,14 @@ enum Fallback {
     Error(RedisError),
 }
 
-/// The batch by `FCALL`, the library loaded (`FUNCTION LOAD REPLACE`) where the server lacks it.
-async fn by_function<C, T>(conn: &mut C, keys: &[String], args: &[&str]) -> Result<T, Fallback>
+/// `function` of the batch's library by `FCALL`, the library loaded (`FUNCTION LOAD REPLACE`)
+/// where the server lacks it.
+pub(crate) async fn by_function<C, T>(
+    conn: &mut C,
+    function: &str,
+    keys: &[String],
+    args: &[&str],
+) -> Result<T, Fallback>
 where
     C: ConnectionLike,
     T: FromRedisValue,
@@ -108,13 +129,13 @@ where
     let library = &*BATCH_LIBRARY;
     // Sized up front: the command's buffers would otherwise grow (and copy) argument by argument.
     let data = 16
-        + library.function.len()
+        + function.len()
         + keys.iter().map(String::len).sum::<usize>()
         + args.iter().map(|a| a.len()).sum::<usize>();
     let mut fcall = redis::Cmd::with_capacity(3 + keys.len() + args.len(), data);
     fcall
         .arg("FCALL")
-        .arg(&library.function)
+        .arg(function)
         .arg(keys.len())
         .arg(keys)
         .arg(args);

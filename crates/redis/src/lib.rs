@@ -130,6 +130,7 @@
 mod auth;
 mod batch;
 mod breaker;
+mod coalesce;
 mod config;
 mod connection;
 mod durable;

@@ -6,6 +6,7 @@ mod common;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{RedisServer, round_up_us};
@@ -176,18 +177,35 @@ async fn stored(conn: &mut MultiplexedConnection, model: &Model, key: &str) -> V
 /// (`FCALL`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batch_decisions_equal_the_core_deciding_each_key_and_committing_all_or_nothing() {
-    decisions_equal_the_core(RedisServer::start()).await;
+    let server = RedisServer::start();
+    decisions_equal_the_core(&server, batch(&server)).await;
 }
 
 /// As above, by the script (`EVALSHA`): a server without `FCALL`, as Redis before 7.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn by_the_script_batch_decisions_equal_the_core() {
-    decisions_equal_the_core(RedisServer::start_with(&["--rename-command", "FCALL", ""])).await;
+    let server = RedisServer::start_with(&["--rename-command", "FCALL", ""]);
+    decisions_equal_the_core(&server, batch(&server)).await;
 }
 
-async fn decisions_equal_the_core(server: RedisServer) {
-    let mut conn = raw(&server).await;
-    let batch = batch(&server);
+/// As above, with coalescing: each request through the function that decides a group
+/// (`batch_many`), here a group of one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coalesced_batch_decisions_equal_the_core() {
+    let server = RedisServer::start();
+    decisions_equal_the_core(&server, batch(&server).with_coalescing()).await;
+}
+
+/// As above, coalescing asked for on a server without `FCALL`: each request goes alone, by the
+/// script.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coalescing_without_fcall_goes_alone_by_the_script() {
+    let server = RedisServer::start_with(&["--rename-command", "FCALL", ""]);
+    decisions_equal_the_core(&server, batch(&server).with_coalescing()).await;
+}
+
+async fn decisions_equal_the_core(server: &RedisServer, batch: RedisBatch) {
+    let mut conn = raw(server).await;
     let mut rng = StdRng::seed_from_u64(26);
     let (mut admitted_n, mut denied_n, mut cost_errors, mut shadow_saved) = (0, 0, 0, 0);
     for round in 0..6 {
@@ -419,9 +437,13 @@ impl Monitor {
 /// `FUNCTION LOAD`; the other commands counted there are the batch's own, which `MONITOR` shows
 /// tagged `lua`), and nothing else a client sent. The decisions are the same either way.
 async fn one_request_is_one(server: &RedisServer, url: &str, command: &str) {
-    let mut conn = raw(server).await;
     let cfg = config();
     let batch = RedisBatch::new(connect(url, &cfg).unwrap(), cfg);
+    one_request_is_one_by(server, &batch, command).await;
+}
+
+async fn one_request_is_one_by(server: &RedisServer, batch: &RedisBatch, command: &str) {
+    let mut conn = raw(server).await;
     let quota = Quota::per_second(2).unwrap();
     let limits = [
         BatchLimit::new(&Gcra::from_quota(quota).unwrap()).unwrap(),
@@ -471,6 +493,152 @@ async fn one_request_is_one(server: &RedisServer, url: &str, command: &str) {
 async fn one_request_is_one_fcall() {
     let server = RedisServer::start();
     one_request_is_one(&server, &server.url(), "fcall").await;
+}
+
+/// With coalescing, a request alone is one `FCALL` too (of the group function).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_coalesced_request_alone_is_one_fcall() {
+    let server = RedisServer::start();
+    let batch = batch(&server).with_coalescing();
+    one_request_is_one_by(&server, &batch, "fcall").await;
+}
+
+/// A group call leaves exactly the state, and answers exactly the decisions, of its requests one
+/// after the other: 40 requests at one instant, of costs 1 to 3, on a shared GCRA key, a shared
+/// sliding window and a key of their own of every algorithm (a peek among them), coalesced into
+/// one `FCALL` on one prefix and sent one by one on another.
+#[tokio::test(flavor = "current_thread")]
+async fn a_group_call_leaves_the_state_of_its_requests_one_after_the_other() {
+    let server = RedisServer::start();
+    let mut conn = raw(&server).await;
+    let cfg = |prefix: &str| config().with_prefix(prefix);
+    let alone = RedisBatch::new(connect(&server.url(), &cfg("a:")).unwrap(), cfg("a:"));
+    let grouped =
+        RedisBatch::new(connect(&server.url(), &cfg("g:")).unwrap(), cfg("g:")).with_coalescing();
+    let quota = Quota::per_second(10).unwrap().with_burst(12).unwrap();
+    let limits = Arc::new([
+        BatchLimit::for_quota::<Gcra>(quota).unwrap(),
+        BatchLimit::for_quota::<LeakyBucket>(quota).unwrap(),
+        BatchLimit::for_quota::<FixedWindow>(quota).unwrap(),
+        BatchLimit::for_quota::<SlidingWindow>(quota).unwrap(),
+    ]);
+    let now = EPOCH_US * 1000;
+    let request = |batch: RedisBatch, limits: Arc<[BatchLimit; 4]>, i: usize| async move {
+        let own = format!("own{}", i % 8);
+        let keys = [
+            BatchKey::enforcing("shared", &limits[0]),
+            BatchKey::shadow("window", &limits[3]),
+            BatchKey::enforcing(&own, &limits[i % 4]),
+        ];
+        let cost = 1 + (i as u64 % 3);
+        if i % 11 == 5 {
+            batch.try_peek_at(&keys, now, cost).await
+        } else {
+            batch.try_check_at(&keys, now, cost).await
+        }
+        .unwrap()
+    };
+    // Loads the library.
+    grouped
+        .try_peek(&[BatchKey::enforcing("warm", &limits[0])], 1)
+        .await
+        .unwrap();
+    let mut one_by_one = Vec::new();
+    for i in 0..40 {
+        one_by_one.push(request(alone.clone(), limits.clone(), i).await);
+    }
+    let before = command_calls(&mut conn).await;
+    let tasks: Vec<_> = (0..40)
+        .map(|i| tokio::spawn(request(grouped.clone(), limits.clone(), i)))
+        .collect();
+    let mut coalesced = Vec::new();
+    for task in tasks {
+        coalesced.push(task.await.unwrap());
+    }
+    let after = command_calls(&mut conn).await;
+    assert_eq!(after["fcall"] - before["fcall"], 1);
+    assert_eq!(coalesced, one_by_one);
+    let mut names = vec!["shared".to_owned(), "window".to_owned()];
+    names.extend((0..8).map(|i| format!("own{i}")));
+    for name in names {
+        let (a, a_ttl) = dump(&mut conn, &format!("a:{name}")).await;
+        let (g, g_ttl) = dump(&mut conn, &format!("g:{name}")).await;
+        // A key whose every request was denied (by the shared key) or peeked holds nothing.
+        assert!(
+            a.is_some() || !matches!(name.as_str(), "shared" | "window"),
+            "{name}"
+        );
+        assert_eq!(a, g, "{name}");
+        assert_eq!(a_ttl > 0, g_ttl > 0, "{name}: {a_ttl} {g_ttl}");
+    }
+}
+
+/// With coalescing, concurrent requests go as one `FCALL`, each decided in turn as alone: 39
+/// requests on one shared key of burst 10 (and a key of their own each) at one instant (the call's
+/// `TIME`) admit exactly 10; a 40th whose second key is a list fails alone, naming that key, and
+/// writes nothing, while the others are decided.
+#[tokio::test(flavor = "current_thread")]
+async fn concurrent_requests_go_as_one_call_each_decided_alone() {
+    let server = RedisServer::start();
+    let mut conn = raw(&server).await;
+    let batch = batch(&server).with_coalescing();
+    let limit = BatchLimit::for_quota::<Gcra>(Quota::per_second(10).unwrap()).unwrap();
+    // Loads the library.
+    batch
+        .try_peek(&[BatchKey::enforcing("warm", &limit)], 1)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("RPUSH")
+        .arg("t:list")
+        .arg("x")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let list_before = dump(&mut conn, "t:list").await;
+    let before = command_calls(&mut conn).await;
+    // One thread: every request is queued before the first group call is sent.
+    let tasks: Vec<_> = (0..40)
+        .map(|i| {
+            let (batch, limit) = (batch.clone(), limit.clone());
+            tokio::spawn(async move {
+                let own = if i == 7 {
+                    "list".to_owned()
+                } else {
+                    format!("own{i}")
+                };
+                let keys = [
+                    BatchKey::enforcing("shared", &limit),
+                    BatchKey::enforcing(&own, &limit),
+                ];
+                batch.try_check(&keys, 1).await.map(|d| admitted(&keys, &d))
+            })
+        })
+        .collect();
+    let mut outcomes = Vec::new();
+    for task in tasks {
+        outcomes.push(task.await.unwrap());
+    }
+    let after = command_calls(&mut conn).await;
+    let delta = |name: &str| after.get(name).unwrap_or(&0) - before.get(name).unwrap_or(&0);
+    assert_eq!(delta("fcall"), 1, "{after:?}");
+    assert_eq!(delta("evalsha"), 0);
+    match &outcomes[7] {
+        Err(Error::WrongType { key, .. }) => assert_eq!(key, "t:list"),
+        other => panic!("want WRONGTYPE on t:list, got {other:?}"),
+    }
+    let admissions = outcomes.iter().filter(|o| matches!(o, Ok(true))).count();
+    let denials = outcomes.iter().filter(|o| matches!(o, Ok(false))).count();
+    assert_eq!((admissions, denials), (10, 29));
+    // The admitted requests wrote their own keys; the denied ones and the failed one did not.
+    for (i, o) in outcomes.iter().enumerate() {
+        let exists: bool = redis::cmd("EXISTS")
+            .arg(format!("t:own{i}"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(exists, matches!(o, Ok(true)), "request {i}: {o:?}");
+    }
+    assert_eq!(dump(&mut conn, "t:list").await, list_before);
 }
 
 /// Redis before 7 has no `FCALL`: as a server whose `FCALL` is renamed away, the batch goes by
@@ -712,8 +880,19 @@ async fn dump(conn: &mut MultiplexedConnection, key: &str) -> (Option<Vec<u8>>, 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_foreign_or_corrupt_key_fails_the_call_and_writes_nothing() {
     let server = RedisServer::start();
-    let mut conn = raw(&server).await;
-    let batch = batch(&server);
+    foreign_or_corrupt_key_fails_and_writes_nothing(&server, batch(&server)).await;
+}
+
+/// As above, coalesced (the error comes back in the group's reply, for its request only).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coalesced_a_foreign_or_corrupt_key_fails_the_call_and_writes_nothing() {
+    let server = RedisServer::start();
+    foreign_or_corrupt_key_fails_and_writes_nothing(&server, batch(&server).with_coalescing())
+        .await;
+}
+
+async fn foreign_or_corrupt_key_fails_and_writes_nothing(server: &RedisServer, batch: RedisBatch) {
+    let mut conn = raw(server).await;
     let quota = Quota::per_second(5).unwrap();
     let gcra = BatchLimit::new(&Gcra::from_quota(quota).unwrap()).unwrap();
     let fixed = BatchLimit::new(&FixedWindow::from_quota(quota).unwrap()).unwrap();

@@ -66,12 +66,12 @@ local function plan_of(text)
   PLANS[text], PLANS_N = p, PLANS_N + 1
   return p
 end
-local function batch_decide(now, cost, specs, reply, commits, carries, params)
-  -- Every key's decision at `now` (reads only), its four reply values appended to `reply`, its
-  -- writes kept (commits[i]: the admission's, carries[i]: the carry-over's; false: none; for GCRA
-  -- the ahead tat_write stores, its spec in params[i]; for the windows a function). Returns
-  -- whether every enforcing key admitted.
-  local n, admitted = #KEYS, true
+local function batch_decide(keys, base, n, now, cost, specs, reply, commits, carries, params)
+  -- Every key's decision at `now` (reads only): the request's keys are keys[base + 1 .. base + n].
+  -- Its four reply values appended to `reply`, its writes kept (commits[i]: the admission's,
+  -- carries[i]: the carry-over's; false: none; for GCRA the ahead tat_write stores, its spec in
+  -- params[i]; for the windows a function). Returns whether every enforcing key admitted.
+  local admitted = true
   -- The keys seen, for more than a few (fewer are compared pairwise: no table to build).
   local seen
   if n > 8 then
@@ -79,7 +79,7 @@ local function batch_decide(now, cost, specs, reply, commits, carries, params)
   end
   for i = 1, n do
     batch_at = i
-    local key = KEYS[i]
+    local key = keys[base + i]
     -- A key twice would be decided twice on the same state and written twice (the client refuses it).
     if seen then
       if seen[key] then
@@ -88,7 +88,7 @@ local function batch_decide(now, cost, specs, reply, commits, carries, params)
       seen[key] = true
     else
       for j = 1, i - 1 do
-        if KEYS[j] == key then
+        if keys[base + j] == key then
           error({err = 'ERR the key is in the request twice'})
         end
       end
@@ -143,14 +143,13 @@ local function reply_text(reply, n)
   end
   return format(f, unpack(reply, 1, n))
 end
-local function batch()
-  local now, cost, plan = now_us(), num(ARGV[2]), plan_of(ARGV[3])
+local function batch_request(keys, base, n, now, cost, plan)
+  -- One request on keys[base + 1 .. base + n] (its plan has n specs): decided, written, and its
+  -- reply's text.
   local peek, specs = plan[1], plan[2]
-  if #specs ~= #KEYS then
-    error({err = 'ERR the plan has ' .. #specs .. ' key specs for ' .. #KEYS .. ' keys'})
-  end
   local reply, commits, carries, params = REPLY, COMMITS, CARRIES, PARAMS
-  local ok, admitted = pcall(batch_decide, now, cost, specs, reply, commits, carries, params)
+  local ok, admitted = pcall(batch_decide, keys, base, n, now, cost, specs, reply, commits,
+    carries, params)
   if not ok then
     -- Redis 7 hands pcall the error's message; older versions the error table.
     local r = admitted
@@ -163,7 +162,7 @@ local function batch()
     -- Each key's admission when the request is admitted; else (or where it has none) the carry-over
     -- of a state written under another quota, stored even by a denial. After every read: an error
     -- above wrote nothing.
-    for i = 1, #KEYS do
+    for i = 1, n do
       local write = carries[i]
       if admitted and commits[i] then
         write = commits[i]
@@ -172,11 +171,19 @@ local function batch()
         write()
       elseif write then
         local spec = params[i]
-        tat_write(KEYS[i], now, write, spec[3], spec[4], spec[5], spec[6])
+        tat_write(keys[base + i], now, write, spec[3], spec[4], spec[5], spec[6])
       end
     end
   end
-  local n = #KEYS * 4
-  reply[n + 1] = now
-  return reply_text(reply, n + 1)
+  local m = n * 4
+  reply[m + 1] = now
+  return reply_text(reply, m + 1)
+end
+local function batch()
+  local now, cost, plan = now_us(), num(ARGV[2]), plan_of(ARGV[3])
+  local n = #KEYS
+  if #plan[2] ~= n then
+    error({err = 'ERR the plan has ' .. #plan[2] .. ' key specs for ' .. n .. ' keys'})
+  end
+  return batch_request(KEYS, 0, n, now, cost, plan)
 end

@@ -142,13 +142,7 @@ local function spent_after(avail, capacity)
   -- under that quota now, this quota's capacity); the rest of this capacity counts as spent now.
   return capacity - math.min(avail, capacity)
 end
-local function now_us()
-  if not INT then
-    init()
-  end
-  if ARGV[1] ~= '' then
-    return tonum(ARGV[1])
-  end
+local function server_us()
   -- Server time. Redis >= 5 replicates scripts by effects (the only mode since 7), so TIME is
   -- allowed before writes; on 3.2-4.x replicate_commands switches that mode on.
   if redis.replicate_commands then
@@ -157,6 +151,15 @@ local function now_us()
   local t = redis.call('TIME')
   -- The seconds recur (a second's calls): memoized.
   return num(t[1]) * 1000000 + tonum(t[2])
+end
+local function now_us()
+  if not INT then
+    init()
+  end
+  if ARGV[1] ~= '' then
+    return tonum(ARGV[1])
+  end
+  return server_us()
 end
 local function decision_args()
   -- The decision scripts' first arguments: KEYS[1] the key; ARGV now_us or '', cost, peek (0/1).
