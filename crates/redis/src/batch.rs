@@ -616,7 +616,7 @@ fn plan(sent: &[&BatchKey<'_>], peek: bool) -> String {
 
 /// The batch's reply text as its values (four per sent key) and the instant decided at (ns).
 fn reply_of(text: &[u8], sent: &[&BatchKey<'_>]) -> Result<(Vec<i64>, Nanos), Error> {
-    let mut reply = integers(text)?;
+    let mut reply = integers(text, sent.len() * 4 + 1)?;
     // Four values per key, then the instant decided at (µs).
     if reply.len() != sent.len() * 4 + 1 {
         return Err(short(&reply, sent));
@@ -647,14 +647,46 @@ pub(crate) fn parse(
         .collect()
 }
 
-/// The batch's reply (batch.lua): decimal integers separated by single spaces.
-fn integers(text: &[u8]) -> Result<Vec<i64>, Error> {
-    std::str::from_utf8(text)
-        .ok()
-        .and_then(|text| text.split(' ').map(|n| n.parse().ok()).collect())
-        .ok_or_else(|| {
-            Error::BadReply(format!("not integers: {:?}", String::from_utf8_lossy(text)))
-        })
+/// The batch's reply (batch.lua): decimal integers separated by single spaces (`expected` of
+/// them, as a capacity: the reply is read once, into one allocation).
+fn integers(text: &[u8], expected: usize) -> Result<Vec<i64>, Error> {
+    let mut values = Vec::with_capacity(expected);
+    for part in text.split(|&b| b == b' ') {
+        match integer(part) {
+            Some(n) => values.push(n),
+            None => {
+                return Err(Error::BadReply(format!(
+                    "not integers: {:?}",
+                    String::from_utf8_lossy(text)
+                )));
+            }
+        }
+    }
+    Ok(values)
+}
+
+/// An optional `-` and decimal digits as an `i64`; `None` for anything else or out of range.
+fn integer(text: &[u8]) -> Option<i64> {
+    let (negative, digits) = match text {
+        [b'-', rest @ ..] => (true, rest),
+        _ => (false, text),
+    };
+    if digits.is_empty() {
+        return None;
+    }
+    digits.iter().try_fold(0i64, |n, &d| {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        let d = i64::from(d - b'0');
+        // Accumulated with its sign, so that i64::MIN reads too.
+        let n = n.checked_mul(10)?;
+        if negative {
+            n.checked_sub(d)
+        } else {
+            n.checked_add(d)
+        }
+    })
 }
 
 /// The first key that appears twice in `keys`, if any.
@@ -702,10 +734,14 @@ mod tests {
     #[test]
     fn the_reply_text_reads_as_its_integers() {
         assert_eq!(
-            integers(b"1 999 0 -1 1733000000000000").unwrap(),
+            integers(b"1 999 0 -1 1733000000000000", 5).unwrap(),
             [1, 999, 0, -1, 1_733_000_000_000_000]
         );
-        assert_eq!(integers(b"7").unwrap(), [7]);
+        assert_eq!(integers(b"7", 1).unwrap(), [7]);
+        assert_eq!(
+            integers(b"-9223372036854775808 9223372036854775807", 2).unwrap(),
+            [i64::MIN, i64::MAX]
+        );
         for bad in [
             &b""[..],
             b"1  2",
@@ -716,10 +752,13 @@ mod tests {
             b"1e3",
             b"x",
             b"99999999999999999999",
+            b"9223372036854775808",
+            b"+5",
+            b"--1",
             b"\xff",
         ] {
             assert!(
-                matches!(integers(bad), Err(Error::BadReply(_))),
+                matches!(integers(bad, 1), Err(Error::BadReply(_))),
                 "{:?}",
                 String::from_utf8_lossy(bad)
             );

@@ -157,7 +157,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Coalescer<C> {
         let mut keys = Vec::with_capacity(requests.iter().map(|r| r.keys.len()).sum());
         let mut args = Vec::with_capacity(requests.len() * 3);
         for request in &requests {
-            keys.extend(request.keys.iter().cloned());
+            keys.extend(request.keys.iter().map(String::as_str));
             args.extend([
                 request.time.as_str(),
                 request.cost.as_str(),
@@ -165,7 +165,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Coalescer<C> {
             ]);
         }
         let mut conn = self.conn.clone();
-        let call = by_function::<_, Vec<Vec<u8>>>(&mut conn, &BATCH_LIBRARY.many, &keys, &args);
+        let call = by_function::<_, _, Vec<Vec<u8>>>(&mut conn, &BATCH_LIBRARY.many, &keys, &args);
         let reply = tokio::time::timeout(self.timeout, call).await;
         let failed = match reply {
             Err(_) => Failure::Timeout(self.timeout),

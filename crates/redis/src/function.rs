@@ -116,29 +116,29 @@ pub(crate) enum Fallback {
 
 /// `function` of the batch's library by `FCALL`, the library loaded (`FUNCTION LOAD REPLACE`)
 /// where the server lacks it.
-pub(crate) async fn by_function<C, T>(
+pub(crate) async fn by_function<C, K, T>(
     conn: &mut C,
     function: &str,
-    keys: &[String],
+    keys: &[K],
     args: &[&str],
 ) -> Result<T, Fallback>
 where
     C: ConnectionLike,
+    K: AsRef<str>,
     T: FromRedisValue,
 {
     let library = &*BATCH_LIBRARY;
     // Sized up front: the command's buffers would otherwise grow (and copy) argument by argument.
     let data = 16
         + function.len()
-        + keys.iter().map(String::len).sum::<usize>()
+        + keys.iter().map(|k| k.as_ref().len()).sum::<usize>()
         + args.iter().map(|a| a.len()).sum::<usize>();
     let mut fcall = redis::Cmd::with_capacity(3 + keys.len() + args.len(), data);
-    fcall
-        .arg("FCALL")
-        .arg(function)
-        .arg(keys.len())
-        .arg(keys)
-        .arg(args);
+    fcall.arg("FCALL").arg(function).arg(keys.len());
+    for key in keys {
+        fcall.arg(key.as_ref());
+    }
+    fcall.arg(args);
     let mut result = fcall.query_async(conn).await;
     if result.as_ref().is_err_and(not_found) {
         let load = redis::cmd("FUNCTION")
