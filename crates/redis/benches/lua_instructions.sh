@@ -17,11 +17,16 @@
 # cost and one plan where batch.lua reads a plan, else one spec per key where it reads specs, else
 # five values per key).
 #
-# Env: N (calls counted, default 2000, after 500 uncounted), SCENARIOS (default "expired live").
+# Where the REV has batch_many.lua, also GROUP requests (each as above) coalesced into one FCALL
+# of batch_many, as coalesce.rs sends them: instructions per request (the call's / GROUP).
+#
+# Env: N (calls counted, default 2000, after 500 uncounted), SCENARIOS (default "expired live"),
+# GROUP (default 32).
 # Needs redis-server, redis-cli, redis-benchmark, valgrind (callgrind_control), python3.
 set -euo pipefail
 
 N=${N:-2000}
+GROUP=${GROUP:-32}
 SCENARIOS=${SCENARIOS:-expired live}
 ROOT=$(git rev-parse --show-toplevel)
 WORK=$(mktemp -d)
@@ -97,6 +102,11 @@ for rev in "${@:-worktree}"; do
       cat "$definitions"
       printf "redis.register_function('tollgate_batch_%s', function(keys, args)\n" "$version"
       printf '  KEYS, ARGV = keys, args\n  return batch()\nend)\n'
+      if [ -n "$(source_file "$rev" lua/batch_many.lua)" ]; then
+        source_file "$rev" lua/batch_many.lua
+        printf "redis.register_function('tollgate_batch_many_%s', function(keys, args)\n" "$version"
+        printf '  KEYS, ARGV = keys, args\n  return batch_many()\nend)\n'
+      fi
     } >"$library"
   fi
   for scenario in $SCENARIOS; do
@@ -133,6 +143,20 @@ for rev in "${@:-worktree}"; do
       per_call=$(measure redis-cli -p @PORT@ -x function load replace -- \
         fcall "tollgate_batch_${sha:0:16}" 3 $KEYS "" "${args[@]}" <"$library")
       printf '%-12s %-8s %-8s %s\n' "$rev" fcall "$scenario" "$per_call"
+      if grep -q "tollgate_batch_many_" "$library"; then
+        # GROUP requests coalesced into one FCALL of batch_many (coalesce.rs), each with its own
+        # three keys (random client addresses, the same global key) and arguments: per request.
+        group_keys=() group_args=()
+        for _ in $(seq "$GROUP"); do
+          # shellcheck disable=SC2206
+          group_keys+=($KEYS)
+          group_args+=("" "${args[@]}")
+        done
+        per_call=$(measure redis-cli -p @PORT@ -x function load replace -- \
+          fcall "tollgate_batch_many_${sha:0:16}" "${#group_keys[@]}" "${group_keys[@]}" \
+          "${group_args[@]}" <"$library")
+        printf '%-12s %-8s %-8s %s\n' "$rev" "group$GROUP" "$scenario" "$((per_call / GROUP))"
+      fi
     fi
   done
 done
