@@ -16,12 +16,16 @@
 //! Tollgate's slot, DashMap's shard lock and unlock plus `lock cmpxchg` for governor): those need the
 //! wall-clock suite on a quiet machine.
 
+#[path = "common/governor_direct.rs"]
+mod governor_direct;
+
 use std::hash::BuildHasher;
 use std::hint::black_box;
 use std::num::NonZeroU32;
 
 use governor::clock::FakeRelativeClock;
 use governor::state::keyed::DefaultHasher;
+use governor_direct::GovDirect;
 use tollgate_core::{GcraLimiter, Limiter, ManualClock, Nanos, Quota};
 use tollgate_sharded::KeyedLimiter;
 
@@ -31,13 +35,6 @@ const NOW: Nanos = 1 << 40;
 type GovKeyed = governor::RateLimiter<
     u64,
     governor::state::keyed::DashMapStateStore<u64>,
-    FakeRelativeClock,
-    governor::middleware::NoOpMiddleware<governor::nanos::Nanos>,
->;
-
-type GovDirect = governor::RateLimiter<
-    governor::state::NotKeyed,
-    governor::state::InMemoryState,
     FakeRelativeClock,
     governor::middleware::NoOpMiddleware<governor::nanos::Nanos>,
 >;

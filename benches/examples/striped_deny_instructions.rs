@@ -12,10 +12,14 @@
 //! `results/striped/deny_floor.sh` runs every stage under callgrind and divides by the calls; `...
 //! 100000000 time` times the four loops one after the other instead.
 
+#[path = "common/governor_direct.rs"]
+mod governor_direct;
+
 use std::hint::black_box;
 use std::num::NonZeroU32;
 
 use governor::clock::FakeRelativeClock;
+use governor_direct::GovDirect;
 use tollgate_core::{Clock, GcraLimiter, Limiter, Nanos, Quota};
 use tollgate_striped::{StripedConfig, StripedLimiter};
 
@@ -30,13 +34,6 @@ impl Clock for FixedClock {
 }
 
 const NOW: Nanos = 1 << 40;
-
-type GovDirect = governor::RateLimiter<
-    governor::state::NotKeyed,
-    governor::state::InMemoryState,
-    FakeRelativeClock,
-    governor::middleware::NoOpMiddleware<governor::nanos::Nanos>,
->;
 
 #[inline(never)]
 fn stage_gcra(limiter: &GcraLimiter<FixedClock>, calls: usize) -> u64 {

@@ -588,12 +588,7 @@ async fn concurrent_requests_go_as_one_call_each_decided_alone() {
         .try_peek(&[BatchKey::enforcing("warm", &limit)], 1)
         .await
         .unwrap();
-    let _: () = redis::cmd("RPUSH")
-        .arg("t:list")
-        .arg("x")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    put_list(&mut conn, "t:list").await;
     let list_before = dump(&mut conn, "t:list").await;
     let before = command_calls(&mut conn).await;
     // One thread: every request is queued before the first group call is sent.
@@ -772,12 +767,7 @@ async fn requests_by_the_function_are_independent() {
     // left to admit now.
     assert!(!decisions[0].is_allowed(), "{decisions:?}");
     // A foreign key in the middle: the call fails, the keys before and after it are not written.
-    let _: () = redis::cmd("RPUSH")
-        .arg("t:{i}:list")
-        .arg("x")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    put_list(&mut conn, "t:{i}:list").await;
     let failing = [
         BatchKey::enforcing("{i}:e", &two),
         BatchKey::enforcing("{i}:list", &two),
@@ -864,6 +854,16 @@ async fn over_maxmemory_a_denial_is_still_answered() {
 }
 
 /// The key's DUMP and PTTL (`None`: absent), to check that nothing was written.
+/// A list at `key`: a type no limiter stores.
+async fn put_list(conn: &mut MultiplexedConnection, key: &str) {
+    let _: () = redis::cmd("RPUSH")
+        .arg(key)
+        .arg("x")
+        .query_async(conn)
+        .await
+        .unwrap();
+}
+
 async fn dump(conn: &mut MultiplexedConnection, key: &str) -> (Option<Vec<u8>>, i64) {
     redis::pipe()
         .cmd("DUMP")
@@ -918,12 +918,7 @@ async fn foreign_or_corrupt_key_fails_and_writes_nothing(server: &RedisServer, b
         assert!(persisted, "{k}");
     }
     // A list where a GCRA string or a window hash is stored: WRONGTYPE.
-    let _: () = redis::cmd("RPUSH")
-        .arg("t:list")
-        .arg("x")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    put_list(&mut conn, "t:list").await;
     // A hash a fixed window cannot have written.
     let _: () = redis::cmd("HSET")
         .arg("t:bad")
