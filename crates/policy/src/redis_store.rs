@@ -9,6 +9,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use smallvec::SmallVec;
+
 use tollgate_core::{
     CheckError, Decision, FixedWindow, Gcra, LeakyBucket, Nanos, Quota, SlidingWindow,
 };
@@ -504,8 +506,9 @@ impl RedisStore {
             return None;
         }
         let batch = &self.batch;
-        let mut names = Vec::with_capacity(rules.len());
-        let mut limits = Vec::with_capacity(rules.len());
+        // A request's few rules: on the stack.
+        let mut names: SmallVec<[String; 4]> = SmallVec::with_capacity(rules.len());
+        let mut limits: SmallVec<[&BatchLimit; 4]> = SmallVec::with_capacity(rules.len());
         for (at, enforced) in rules {
             let (limit, relative) = self.limiter(at)?.batch.as_ref()?;
             if *enforced && cost > limit.capacity() {
@@ -518,7 +521,7 @@ impl RedisStore {
             names.push(Self::key_after(relative, at));
             limits.push(limit);
         }
-        let keys: Vec<BatchKey<'_>> = names
+        let keys: SmallVec<[BatchKey<'_>; 4]> = names
             .iter()
             .zip(&limits)
             .zip(rules)

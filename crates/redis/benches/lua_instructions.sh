@@ -150,7 +150,12 @@ for rev in "${@:-worktree}"; do
         for _ in $(seq "$GROUP"); do
           # shellcheck disable=SC2206
           group_keys+=($KEYS)
-          group_args+=("" "${args[@]}")
+          # Per request: the cost and the plan; at 44014ff-41ccb08, now_us ('') before them.
+          if source_file "$rev" lua/batch_many.lua | grep -q "pairs of cost and plan"; then
+            group_args+=("${args[@]}")
+          else
+            group_args+=("" "${args[@]}")
+          fi
         done
         per_call=$(measure redis-cli -p @PORT@ -x function load replace -- \
           fcall "tollgate_batch_many_${sha:0:16}" "${#group_keys[@]}" "${group_keys[@]}" \

@@ -8,6 +8,7 @@
 //! Hand-written rather than a crate's: what is grouped is one Redis function's arguments, and the
 //! queue is a mutex-guarded `Vec` and a oneshot per request.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -154,15 +155,20 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Coalescer<C> {
     /// One group call, and each request's answer.
     async fn send(&self, group: Vec<(Request, oneshot::Sender<Answer>)>) {
         let (requests, answers): (Vec<Request>, Vec<_>) = group.into_iter().unzip();
+        // batch_many's arguments per request: the cost (`<cost>@<now_us>` where the request
+        // brings its own time), then the plan.
+        let costs: Vec<Cow<'_, str>> = requests
+            .iter()
+            .map(|r| match r.time.as_str() {
+                "" => Cow::Borrowed(r.cost.as_str()),
+                time => Cow::Owned(format!("{}@{time}", r.cost)),
+            })
+            .collect();
         let mut keys = Vec::with_capacity(requests.iter().map(|r| r.keys.len()).sum());
-        let mut args = Vec::with_capacity(requests.len() * 3);
-        for request in &requests {
+        let mut args = Vec::with_capacity(requests.len() * 2);
+        for (request, cost) in requests.iter().zip(&costs) {
             keys.extend(request.keys.iter().map(String::as_str));
-            args.extend([
-                request.time.as_str(),
-                request.cost.as_str(),
-                request.plan.as_str(),
-            ]);
+            args.extend([cost.as_ref(), request.plan.as_str()]);
         }
         let mut conn = self.conn.clone();
         let call = by_function::<_, _, Vec<Vec<u8>>>(&mut conn, &BATCH_LIBRARY.many, &keys, &args);

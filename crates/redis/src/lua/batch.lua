@@ -143,25 +143,22 @@ local function reply_text(reply, n)
   end
   return format(f, unpack(reply, 1, n))
 end
-local function batch_request(keys, base, n, now, cost, plan)
-  -- One request on keys[base + 1 .. base + n] (its plan has n specs): decided, written, and its
-  -- reply's text.
-  local peek, specs = plan[1], plan[2]
-  local reply, commits, carries, params = REPLY, COMMITS, CARRIES, PARAMS
-  local ok, admitted = pcall(batch_decide, keys, base, n, now, cost, specs, reply, commits,
-    carries, params)
-  if not ok then
-    -- Redis 7 hands pcall the error's message; older versions the error table.
-    local r = admitted
-    if type(r) == 'table' then
-      r = r.err
-    end
-    error({err = 'TOLLGATE_KEY ' .. batch_at .. ' ' .. tostring(r)})
+local function batch_error(r)
+  -- The error batch_decide raised, naming the key it was deciding: 'TOLLGATE_KEY <i> <error>'.
+  -- Redis 7 hands pcall the error's message; older versions the error table.
+  if type(r) == 'table' then
+    r = r.err
   end
+  return 'TOLLGATE_KEY ' .. batch_at .. ' ' .. tostring(r)
+end
+local function batch_commit(keys, base, n, now, peek, admitted)
+  -- After batch_decide (whose kept writes are in COMMITS, CARRIES and PARAMS) on
+  -- keys[base + 1 .. base + n]: the request's writes, and its reply's text. Each key's admission
+  -- when the request is admitted; else (or where it has none) the carry-over of a state written
+  -- under another quota, stored even by a denial. Nothing here raises an error on keys every
+  -- decision read: a write replaces or deletes a value of the type just read.
+  local reply, commits, carries, params = REPLY, COMMITS, CARRIES, PARAMS
   if not peek then
-    -- Each key's admission when the request is admitted; else (or where it has none) the carry-over
-    -- of a state written under another quota, stored even by a denial. After every read: an error
-    -- above wrote nothing.
     for i = 1, n do
       local write = carries[i]
       if admitted and commits[i] then
@@ -185,5 +182,11 @@ local function batch()
   if #plan[2] ~= n then
     error({err = 'ERR the plan has ' .. #plan[2] .. ' key specs for ' .. n .. ' keys'})
   end
-  return batch_request(KEYS, 0, n, now, cost, plan)
+  local ok, admitted = pcall(batch_decide, KEYS, 0, n, now, cost, plan[2], REPLY, COMMITS, CARRIES,
+    PARAMS)
+  if not ok then
+    -- Every read comes before any write: nothing was written.
+    error({err = batch_error(admitted)})
+  end
+  return batch_commit(KEYS, 0, n, now, plan[1], admitted)
 end
