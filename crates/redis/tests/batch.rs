@@ -509,25 +509,46 @@ async fn a_coalesced_request_alone_is_one_fcall() {
 /// one `FCALL` on one prefix and sent one by one on another.
 #[tokio::test(flavor = "current_thread")]
 async fn a_group_call_leaves_the_state_of_its_requests_one_after_the_other() {
+    let quota = Quota::per_second(10).unwrap().with_burst(12).unwrap();
+    group_call_equals_one_by_one(Arc::new([
+        BatchLimit::for_quota::<Gcra>(quota).unwrap(),
+        BatchLimit::for_quota::<SlidingWindow>(quota).unwrap(),
+        BatchLimit::for_quota::<LeakyBucket>(quota).unwrap(),
+        BatchLimit::for_quota::<FixedWindow>(quota).unwrap(),
+    ]))
+    .await;
+}
+
+/// The same where every key is GCRA's (or the leaky bucket's), which a group call holds: each key
+/// read once and written once, at the end, with the last request's value and TTL.
+#[tokio::test(flavor = "current_thread")]
+async fn a_group_call_holding_its_gcra_states_leaves_them_as_one_after_the_other() {
+    let quota = Quota::per_second(10).unwrap().with_burst(12).unwrap();
+    let other = Quota::per_second(20).unwrap().with_burst(5).unwrap();
+    group_call_equals_one_by_one(Arc::new([
+        BatchLimit::for_quota::<Gcra>(quota).unwrap(),
+        BatchLimit::for_quota::<LeakyBucket>(other).unwrap(),
+        BatchLimit::for_quota::<LeakyBucket>(quota).unwrap(),
+        BatchLimit::for_quota::<Gcra>(other).unwrap(),
+    ]))
+    .await;
+}
+
+/// `limits[0]` is the shared enforcing key's, `limits[1]` the shared shadow key's; each request's
+/// own key takes them in turn.
+async fn group_call_equals_one_by_one(limits: Arc<[BatchLimit; 4]>) {
     let server = RedisServer::start();
     let mut conn = raw(&server).await;
     let cfg = |prefix: &str| config().with_prefix(prefix);
     let alone = RedisBatch::new(connect(&server.url(), &cfg("a:")).unwrap(), cfg("a:"));
     let grouped =
         RedisBatch::new(connect(&server.url(), &cfg("g:")).unwrap(), cfg("g:")).with_coalescing();
-    let quota = Quota::per_second(10).unwrap().with_burst(12).unwrap();
-    let limits = Arc::new([
-        BatchLimit::for_quota::<Gcra>(quota).unwrap(),
-        BatchLimit::for_quota::<LeakyBucket>(quota).unwrap(),
-        BatchLimit::for_quota::<FixedWindow>(quota).unwrap(),
-        BatchLimit::for_quota::<SlidingWindow>(quota).unwrap(),
-    ]);
     let now = EPOCH_US * 1000;
     let request = |batch: RedisBatch, limits: Arc<[BatchLimit; 4]>, i: usize| async move {
         let own = format!("own{}", i % 8);
         let keys = [
             BatchKey::enforcing("shared", &limits[0]),
-            BatchKey::shadow("window", &limits[3]),
+            BatchKey::shadow("shadow", &limits[1]),
             BatchKey::enforcing(&own, &limits[i % 4]),
         ];
         let cost = 1 + (i as u64 % 3);
@@ -543,6 +564,7 @@ async fn a_group_call_leaves_the_state_of_its_requests_one_after_the_other() {
         .try_peek(&[BatchKey::enforcing("warm", &limits[0])], 1)
         .await
         .unwrap();
+    let started = std::time::Instant::now();
     let mut one_by_one = Vec::new();
     for i in 0..40 {
         one_by_one.push(request(alone.clone(), limits.clone(), i).await);
@@ -558,18 +580,24 @@ async fn a_group_call_leaves_the_state_of_its_requests_one_after_the_other() {
     let after = command_calls(&mut conn).await;
     assert_eq!(after["fcall"] - before["fcall"], 1);
     assert_eq!(coalesced, one_by_one);
-    let mut names = vec!["shared".to_owned(), "window".to_owned()];
+    let mut names = vec!["shared".to_owned(), "shadow".to_owned()];
     names.extend((0..8).map(|i| format!("own{i}")));
     for name in names {
         let (a, a_ttl) = dump(&mut conn, &format!("a:{name}")).await;
         let (g, g_ttl) = dump(&mut conn, &format!("g:{name}")).await;
         // A key whose every request was denied (by the shared key) or peeked holds nothing.
         assert!(
-            a.is_some() || !matches!(name.as_str(), "shared" | "window"),
+            a.is_some() || !matches!(name.as_str(), "shared" | "shadow"),
             "{name}"
         );
         assert_eq!(a, g, "{name}");
-        assert_eq!(a_ttl > 0, g_ttl > 0, "{name}: {a_ttl} {g_ttl}");
+        // The same TTL, as set at `now`: the group's keys were written at most `elapsed` after
+        // those written one by one (a TTL counts down from its write; PTTL is in whole ms).
+        let elapsed = i64::try_from(started.elapsed().as_millis()).unwrap();
+        assert!(
+            (a_ttl - 1..=a_ttl + elapsed + 1).contains(&g_ttl),
+            "{name}: {a_ttl} {g_ttl} within {elapsed} ms"
+        );
     }
 }
 
@@ -853,7 +881,6 @@ async fn over_maxmemory_a_denial_is_still_answered() {
     );
 }
 
-/// The key's DUMP and PTTL (`None`: absent), to check that nothing was written.
 /// A list at `key`: a type no limiter stores.
 async fn put_list(conn: &mut MultiplexedConnection, key: &str) {
     let _: () = redis::cmd("RPUSH")
@@ -864,6 +891,7 @@ async fn put_list(conn: &mut MultiplexedConnection, key: &str) {
         .unwrap();
 }
 
+/// The key's DUMP and PTTL (`None`: absent), to check that nothing was written.
 async fn dump(conn: &mut MultiplexedConnection, key: &str) -> (Option<Vec<u8>>, i64) {
     redis::pipe()
         .cmd("DUMP")

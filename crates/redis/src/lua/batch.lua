@@ -22,6 +22,8 @@
 -- (redis-rs's reply parser spent about 10 k instructions per 3-key call on the array, a tenth of
 -- tollgate-server's work per call).
 local WINDOWS = {f = fixed_window_decide, s = sliding_window_decide}
+-- The most keys whose reply gives two values each (see reply_text).
+local COMPACT_MAX = 40
 -- The position of the key being decided, for the error that names it.
 local batch_at = 0
 local function spec_of(spec)
@@ -34,7 +36,7 @@ local function spec_of(spec)
   return {code, enforcing == '1', tonum(a), tonum(b), tonum(c), tag}
 end
 -- Plans parsed, by their text (a memo, as those in the prelude): {peek (a boolean), the keys'
--- specs (spec_of)}.
+-- specs (spec_of), whether every key is GCRA's (a boolean: batch_many may hold their states)}.
 local PLANS, PLANS_N = {}, 0
 local function plan_of(text)
   local p = PLANS[text]
@@ -50,7 +52,7 @@ local function plan_of(text)
   end
   -- A request's rules often share a quota, so its keys the same spec: each parsed once (what
   -- counts where no memo outlives the call, the EVALSHA fallback).
-  local specs, parsed = {}, {}
+  local specs, parsed, gcra = {}, {}, true
   for spec in string.gmatch(rest, ' ([^ ]*)') do
     local e = parsed[spec]
     if not e then
@@ -58,8 +60,9 @@ local function plan_of(text)
       parsed[spec] = e
     end
     specs[#specs + 1] = e
+    gcra = gcra and e[1] == 'g'
   end
-  p = {peek == '1', specs}
+  p = {peek == '1', specs, gcra}
   if PLANS_N >= MEMO_MAX then
     PLANS, PLANS_N = {}, 0
   end
@@ -68,10 +71,11 @@ local function plan_of(text)
 end
 local function batch_decide(keys, base, n, now, cost, specs, reply, commits, carries, params)
   -- Every key's decision at `now` (reads only): the request's keys are keys[base + 1 .. base + n].
-  -- Its four reply values appended to `reply`, its writes kept (commits[i]: the admission's,
+  -- Its reply values put in `reply` (see reply_text), its writes kept (commits[i]: the admission's,
   -- carries[i]: the carry-over's; false: none; for GCRA the ahead tat_write stores, its spec in
-  -- params[i]; for the windows a function). Returns whether every enforcing key admitted.
-  local admitted = true
+  -- params[i]; for the windows a function). Returns whether every enforcing key admitted, and the
+  -- reply's shape (see reply_text).
+  local admitted, shape, compact = true, 0, n <= COMPACT_MAX
   -- The keys seen, for more than a few (fewer are compared pairwise: no table to build).
   local seen
   if n > 8 then
@@ -111,37 +115,85 @@ local function batch_decide(keys, base, n, now, cost, specs, reply, commits, car
     if allowed == 0 and spec[2] then
       admitted = false
     end
-    local m = i * 4
-    reply[m - 3], reply[m - 2], reply[m - 1], reply[m] = allowed, remaining, retry, reset
+    if compact then
+      -- Every *_decide answers an admission's retry_after 0 and a denial's remaining 0.
+      local m = i * 2
+      if allowed == 1 and retry == 0 then
+        reply[m - 1], reply[m], shape = remaining, reset, shape * 2 + 1
+      elseif allowed == 0 and remaining == 0 then
+        reply[m - 1], reply[m], shape = retry, reset, shape * 2
+      else
+        error({err = 'ERR a decision of ' .. shown(code) .. ' is not an admission or a denial'})
+      end
+    else
+      local m = i * 4
+      reply[m - 3], reply[m - 2], reply[m - 1], reply[m] = allowed, remaining, retry, reset
+    end
     commits[i], carries[i] = commit or false, carry or false
   end
-  return admitted
+  return admitted, shape
 end
 -- The reply, and each key's writes and spec (see batch_decide), kept from call to call by a
 -- function library (no tables to build and grow on each call): a call sets entries 1..#KEYS of
 -- COMMITS and CARRIES (of PARAMS for each GCRA key) before it reads any, and the entries past
--- those are never read; it sets the reply's 4 × #KEYS + 1 values and formats those.
+-- those are never read; it sets the reply's values (see reply_text) and formats those.
 local REPLY, COMMITS, CARRIES, PARAMS = {}, {}, {}, {}
--- The reply's format for n values ('%d %d ... %d' with INT), by n (a memo: one per key count).
--- One `format` of every value: looking each value up in the digits memo instead saves about 3 k
--- instructions where the keys expire between calls and costs about 5 k where they live (their
--- values recur less), as with real quotas (lua_instructions.sh, 2026-12-05 and 2026-12-06).
-local REPLY_FORMATS = {}
-local function reply_text(reply, n)
-  if n > 4000 then
-    -- Past what one call may pass on Lua's stack (unpack): value by value.
-    local parts = {}
-    for i = 1, n do
-      parts[i] = format(INT, reply[i])
+-- The reply's formats for up to COMPACT_MAX keys, by key count, then by shape: each key's allowed
+-- as a bit, the first key's the highest ('1 %d 0 %d' for an admission, '0 0 %d %d' for a denial,
+-- then INT for `now`). A memo of at most MEMO_MAX formats. A `format` of the constant half of the
+-- values is most of their cost (lua_instructions.sh: about 800 instructions each); looking each
+-- value up in the digits memo instead saved about 3 k instructions per call where the keys expire
+-- between calls and cost about 5 k where they live (their values recur less).
+local REPLY_FORMATS, REPLY_FORMATS_N = {}, 0
+local function reply_format(n, shape)
+  if shape == 2 ^ n - 1 then
+    -- Every key admitted: the common shape, built at once (an EVALSHA builds it on every call).
+    return string.rep('1 ' .. INT .. ' 0 ' .. INT .. ' ', n) .. INT
+  end
+  local parts, bits = {}, shape
+  for i = n, 1, -1 do
+    local bit = bits % 2
+    if bit == 1 then
+      parts[i] = '1 ' .. INT .. ' 0 ' .. INT
+    else
+      parts[i] = '0 0 ' .. INT .. ' ' .. INT
     end
-    return table.concat(parts, ' ')
+    bits = (bits - bit) / 2
   end
-  local f = REPLY_FORMATS[n]
-  if not f then
-    f = string.rep(INT .. ' ', n - 1) .. INT
-    REPLY_FORMATS[n] = f
+  parts[n + 1] = INT
+  return table.concat(parts, ' ')
+end
+local function reply_text(reply, n, shape, now)
+  -- The reply of n keys: for up to COMPACT_MAX keys `reply` holds two values per key (an
+  -- admission's remaining and reset_after, a denial's retry_after and reset_after) and `shape`
+  -- says which; for more, four per key.
+  if n <= COMPACT_MAX then
+    local m = n * 2 + 1
+    reply[m] = now
+    local by_shape = REPLY_FORMATS[n]
+    if not by_shape then
+      by_shape = {}
+      REPLY_FORMATS[n] = by_shape
+    end
+    local f = by_shape[shape]
+    if not f then
+      f = reply_format(n, shape)
+      if REPLY_FORMATS_N >= MEMO_MAX then
+        REPLY_FORMATS, REPLY_FORMATS_N, by_shape = {}, 0, {}
+        REPLY_FORMATS[n] = by_shape
+      end
+      by_shape[shape], REPLY_FORMATS_N = f, REPLY_FORMATS_N + 1
+    end
+    return format(f, unpack(reply, 1, m))
   end
-  return format(f, unpack(reply, 1, n))
+  -- Rare (many keys): value by value, as many as Lua's stack would not take at once.
+  local m = n * 4 + 1
+  reply[m] = now
+  local parts = {}
+  for i = 1, m do
+    parts[i] = format(INT, reply[i])
+  end
+  return table.concat(parts, ' ')
 end
 local function batch_error(r)
   -- The error batch_decide raised, naming the key it was deciding: 'TOLLGATE_KEY <i> <error>'.
@@ -151,7 +203,7 @@ local function batch_error(r)
   end
   return 'TOLLGATE_KEY ' .. batch_at .. ' ' .. tostring(r)
 end
-local function batch_commit(keys, base, n, now, peek, admitted)
+local function batch_commit(keys, base, n, now, peek, admitted, shape)
   -- After batch_decide (whose kept writes are in COMMITS, CARRIES and PARAMS) on
   -- keys[base + 1 .. base + n]: the request's writes, and its reply's text. Each key's admission
   -- when the request is admitted; else (or where it has none) the carry-over of a state written
@@ -172,21 +224,22 @@ local function batch_commit(keys, base, n, now, peek, admitted)
       end
     end
   end
-  local m = n * 4
-  reply[m + 1] = now
-  return reply_text(reply, m + 1)
+  return reply_text(reply, n, shape, now)
 end
 local function batch()
+  -- One request reads each key once: nothing to hold (a call of batch_many that failed may have
+  -- left HELD set).
+  HELD = nil
   local now, cost, plan = now_us(), num(ARGV[2]), plan_of(ARGV[3])
   local n = #KEYS
   if #plan[2] ~= n then
     error({err = 'ERR the plan has ' .. #plan[2] .. ' key specs for ' .. n .. ' keys'})
   end
-  local ok, admitted = pcall(batch_decide, KEYS, 0, n, now, cost, plan[2], REPLY, COMMITS, CARRIES,
-    PARAMS)
+  local ok, admitted, shape = pcall(batch_decide, KEYS, 0, n, now, cost, plan[2], REPLY, COMMITS,
+    CARRIES, PARAMS)
   if not ok then
     -- Every read comes before any write: nothing was written.
     error({err = batch_error(admitted)})
   end
-  return batch_commit(KEYS, 0, n, now, plan[1], admitted)
+  return batch_commit(KEYS, 0, n, now, plan[1], admitted, shape)
 end

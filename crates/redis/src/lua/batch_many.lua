@@ -15,14 +15,22 @@ local function batch_many()
   if nargs % 2 ~= 0 then
     error({err = 'ERR the arguments are not pairs of cost and plan'})
   end
-  local plans, base = {}, 0
+  -- Where every key is GCRA's, the states are held (see HELD in tat.lua): a key several requests
+  -- touch is read and written once. A window's writes go straight to Redis, so a call with one
+  -- holds none.
+  local plans, base, hold = {}, 0, nargs > 2
+  HELD = nil
   for j = 2, nargs, 2 do
     local plan = plan_of(ARGV[j])
     plans[j] = plan
     base = base + #plan[2]
+    hold = hold and plan[3]
   end
   if base ~= nkeys then
     error({err = 'ERR the plans have ' .. base .. ' key specs for ' .. nkeys .. ' keys'})
+  end
+  if hold then
+    HELD, HELD_TTL = {}, {}
   end
   local replies, server_now = {}, nil
   base = 0
@@ -41,15 +49,19 @@ local function batch_many()
     if not cost then
       replies[#replies + 1] = 'EERR the cost ' .. shown(ARGV[j]) .. ' is not an integer (@ a time)'
     else
-      local ok, admitted = pcall(batch_decide, KEYS, base, n, now, cost, plan[2], REPLY, COMMITS,
-        CARRIES, PARAMS)
+      local ok, admitted, shape = pcall(batch_decide, KEYS, base, n, now, cost, plan[2], REPLY,
+        COMMITS, CARRIES, PARAMS)
       if ok then
-        replies[#replies + 1] = batch_commit(KEYS, base, n, now, plan[1], admitted)
+        replies[#replies + 1] = batch_commit(KEYS, base, n, now, plan[1], admitted, shape)
       else
         replies[#replies + 1] = 'E' .. batch_error(admitted)
       end
     end
     base = base + n
+  end
+  if hold then
+    tat_flush()
+    HELD = nil
   end
   return replies
 end

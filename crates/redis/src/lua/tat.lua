@@ -46,13 +46,44 @@ local function tat_ahead(key, raw, now, per_us)
   end
   return ahead
 end
+-- Within a call of batch_many that holds its GCRA states (batch_many.lua; nil otherwise, where reads
+-- and writes go straight to Redis): HELD, each key's value as its requests have read or written it
+-- so far (false: none), and HELD_TTL, the write each written key gets once, when the call ends
+-- (tat_flush): its TTL in ms, 0 for a delete. A key that several requests touch (a global limit)
+-- is then read once and written once; Redis's clock does not move within a call, so the writes
+-- are those of the last request, as if each had been made at once.
+local HELD, HELD_TTL
+local function tat_get(key)
+  -- The key's stored value (false: none), from HELD when held.
+  local held = HELD
+  if not held then
+    return redis.call('GET', key)
+  end
+  local raw = held[key]
+  if raw == nil then
+    raw = redis.call('GET', key)
+    held[key] = raw
+  end
+  return raw
+end
+local function tat_flush()
+  -- The held writes, one per key (see HELD).
+  local held = HELD
+  for key, ms in pairs(HELD_TTL) do
+    if ms == 0 then
+      redis.call('DEL', key)
+    else
+      redis.call('PSETEX', key, digits(ms), held[key])
+    end
+  end
+end
 local function tat_read(key, now, per_us, interval, depth, tag)
   -- The key's max(TAT - now, 0) in this quota's units, and whether it must be written (tat_write)
   -- because it was written under another quota: carried over as-is at `now` (the core's
   -- `Algorithm::carry_over`: min(the units it could take under its quota now, this burst), the rest
   -- counted as spent now; a TAT at or before now, fresh under any quota, stays fresh). Reads only.
   -- `tag`: this quota's tag (quota_tag), if the caller has it.
-  local raw = redis.call('GET', key)
+  local raw = tat_get(key)
   if not raw then
     return 0
   end
@@ -103,12 +134,21 @@ local function set_tat(key, now, ahead, per_us, interval, depth, tag)
   if ms < 1 then
     ms = 1
   end
+  local value = last_digits .. ns .. ';' .. (tag or quota_tag(per_us, interval, depth))
+  if HELD then
+    HELD[key], HELD_TTL[key] = value, ms
+    return
+  end
   -- PSETEX: SET with PX in one argument fewer (about 600 instructions less for Redis).
-  redis.call('PSETEX', key, digits(ms), last_digits .. ns .. ';' .. (tag or quota_tag(per_us, interval, depth)))
+  redis.call('PSETEX', key, digits(ms), value)
 end
 local function tat_write(key, now, ahead, per_us, interval, depth, tag)
   -- Stores `ahead` units past now (set_tat), or deletes the key for 0 (the fresh state).
   if ahead == 0 then
+    if HELD then
+      HELD[key], HELD_TTL[key] = false, 0
+      return
+    end
     redis.call('DEL', key)
   else
     set_tat(key, now, ahead, per_us, interval, depth, tag)
