@@ -140,10 +140,11 @@ end
 local REPLY, COMMITS, CARRIES, PARAMS = {}, {}, {}, {}
 -- The reply's formats for up to COMPACT_MAX keys, by key count, then by shape: each key's allowed
 -- as a bit, the first key's the highest ('1 %d 0 %d' for an admission, '0 0 %d %d' for a denial,
--- then INT for `now`). A memo of at most MEMO_MAX formats. A `format` of the constant half of the
--- values is most of their cost (lua_instructions.sh: about 800 instructions each); looking each
--- value up in the digits memo instead saved about 3 k instructions per call where the keys expire
--- between calls and cost about 5 k where they live (their values recur less).
+-- then INT for `now`). A memo of at most MEMO_MAX formats. `format` costs about 1 k instructions
+-- per integer (lua_instructions.sh, callgrind), so the constant half of the values is written in
+-- the format text instead; looking each value up in the digits memo saved about 3 k instructions
+-- per call where the keys expire between calls and cost about 5 k where they live (their values
+-- recur less).
 local REPLY_FORMATS, REPLY_FORMATS_N = {}, 0
 local function reply_format(n, shape)
   if shape == 2 ^ n - 1 then
