@@ -510,33 +510,41 @@ async fn a_coalesced_request_alone_is_one_fcall() {
 #[tokio::test(flavor = "current_thread")]
 async fn a_group_call_leaves_the_state_of_its_requests_one_after_the_other() {
     let quota = Quota::per_second(10).unwrap().with_burst(12).unwrap();
-    group_call_equals_one_by_one(Arc::new([
-        BatchLimit::for_quota::<Gcra>(quota).unwrap(),
-        BatchLimit::for_quota::<SlidingWindow>(quota).unwrap(),
-        BatchLimit::for_quota::<LeakyBucket>(quota).unwrap(),
-        BatchLimit::for_quota::<FixedWindow>(quota).unwrap(),
-    ]))
+    group_call_equals_one_by_one(
+        Arc::new([
+            BatchLimit::for_quota::<Gcra>(quota).unwrap(),
+            BatchLimit::for_quota::<SlidingWindow>(quota).unwrap(),
+            BatchLimit::for_quota::<LeakyBucket>(quota).unwrap(),
+            BatchLimit::for_quota::<FixedWindow>(quota).unwrap(),
+        ]),
+        |i| i % 4,
+    )
     .await;
 }
 
 /// The same where every key is GCRA's (or the leaky bucket's), which a group call holds: each key
-/// read once and written once, at the end, with the last request's value and TTL.
+/// read once and written once, at the end, with the last request's value and TTL. Each request's
+/// own key changes quota from one request to the next: its state is carried over (and the
+/// carry-over written even by a denial) within the group.
 #[tokio::test(flavor = "current_thread")]
 async fn a_group_call_holding_its_gcra_states_leaves_them_as_one_after_the_other() {
     let quota = Quota::per_second(10).unwrap().with_burst(12).unwrap();
     let other = Quota::per_second(20).unwrap().with_burst(5).unwrap();
-    group_call_equals_one_by_one(Arc::new([
-        BatchLimit::for_quota::<Gcra>(quota).unwrap(),
-        BatchLimit::for_quota::<LeakyBucket>(other).unwrap(),
-        BatchLimit::for_quota::<LeakyBucket>(quota).unwrap(),
-        BatchLimit::for_quota::<Gcra>(other).unwrap(),
-    ]))
+    group_call_equals_one_by_one(
+        Arc::new([
+            BatchLimit::for_quota::<Gcra>(quota).unwrap(),
+            BatchLimit::for_quota::<LeakyBucket>(other).unwrap(),
+            BatchLimit::for_quota::<LeakyBucket>(quota).unwrap(),
+            BatchLimit::for_quota::<Gcra>(other).unwrap(),
+        ]),
+        |i| i % 3,
+    )
     .await;
 }
 
-/// `limits[0]` is the shared enforcing key's, `limits[1]` the shared shadow key's; each request's
-/// own key takes them in turn.
-async fn group_call_equals_one_by_one(limits: Arc<[BatchLimit; 4]>) {
+/// `limits[0]` is the shared enforcing key's, `limits[1]` the shared shadow key's; request `i`'s
+/// own key (one of 8) takes `limits[own(i)]`.
+async fn group_call_equals_one_by_one(limits: Arc<[BatchLimit; 4]>, own: fn(usize) -> usize) {
     let server = RedisServer::start();
     let mut conn = raw(&server).await;
     let cfg = |prefix: &str| config().with_prefix(prefix);
@@ -544,12 +552,12 @@ async fn group_call_equals_one_by_one(limits: Arc<[BatchLimit; 4]>) {
     let grouped =
         RedisBatch::new(connect(&server.url(), &cfg("g:")).unwrap(), cfg("g:")).with_coalescing();
     let now = EPOCH_US * 1000;
-    let request = |batch: RedisBatch, limits: Arc<[BatchLimit; 4]>, i: usize| async move {
-        let own = format!("own{}", i % 8);
+    let request = move |batch: RedisBatch, limits: Arc<[BatchLimit; 4]>, i: usize| async move {
+        let name = format!("own{}", i % 8);
         let keys = [
             BatchKey::enforcing("shared", &limits[0]),
             BatchKey::shadow("shadow", &limits[1]),
-            BatchKey::enforcing(&own, &limits[i % 4]),
+            BatchKey::enforcing(&name, &limits[own(i)]),
         ];
         let cost = 1 + (i as u64 % 3);
         if i % 11 == 5 {
