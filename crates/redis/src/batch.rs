@@ -12,7 +12,7 @@ use tollgate_core::{
 use crate::breaker::{Admission, Breaker, BreakerStats, Outcome};
 use crate::coalesce::{Answer, Coalesce, Coalescer, Request};
 use crate::config::RedisConfig;
-use crate::durable::Durability;
+use crate::durable::{Durability, GroupWait};
 use crate::encoding::RedisEncoding;
 use crate::error::Error;
 use crate::function::BatchCall;
@@ -220,7 +220,7 @@ impl<'a> BatchKey<'a> {
 ///
 /// **Durable admissions** ([`with_durability`](Self::with_durability)): a call whose script wrote
 /// an admission then sends `WAIT` and answers [`Error::NotReplicated`] when too few replicas
-/// confirm in time (see [`Durability`]).
+/// confirm in time (see [`Durability`]); coalesced requests share their group call's one `WAIT`.
 ///
 /// **Redis Cluster**: a script's keys must all live in one hash slot, or the server refuses it
 /// (`CROSSSLOT`, an [`Error::Redis`]). Put one hash tag in every key of a request (e.g.
@@ -487,15 +487,21 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisBatch<C> {
                 .map(|decisions| (decisions, None));
         }
         let result: Result<(Vec<Decision>, Nanos), Error> = async {
-            let (raw, at) = self.call(&sent, now, cost, peek).await?;
+            let (raw, at, group_wait) = self.call(&sent, now, cost, peek).await?;
             let decisions = parse(keys, &sent, &raw, cost)?;
-            // Only a call that wrote an admission waits for it to be replicated.
+            // Only a call that wrote an admission waits for it to be replicated: by its group's
+            // one `WAIT` where it went in a group, else by its own.
             let wrote =
                 !peek && admitted(keys, &decisions) && decisions.iter().any(|d| d.is_allowed());
             if let Some(durability) = self.durability.filter(|_| wrote) {
-                durability
-                    .confirm(&self.conn, self.config.timeout())
-                    .await?;
+                match group_wait {
+                    Some(wait) => wait.confirm().await?,
+                    None => {
+                        durability
+                            .confirm(&self.conn, self.config.timeout())
+                            .await?
+                    }
+                }
             }
             Ok((decisions, at))
         }
@@ -513,12 +519,13 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisBatch<C> {
         now: Option<Nanos>,
         cost: u64,
         peek: bool,
-    ) -> Result<(Vec<i64>, Nanos), Error> {
+    ) -> Result<(Vec<i64>, Nanos, Option<Arc<dyn GroupWait>>), Error> {
         let request = Request {
             keys: sent.iter().map(|k| self.config.key(k.key)).collect(),
             time: scripts::time_arg(&self.config, now),
             cost: cost.to_string(),
             plan: plan(sent, peek),
+            durability: self.durability,
         };
         let timeout = self.config.timeout();
         let grouped = match &self.coalesce {
@@ -535,7 +542,10 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisBatch<C> {
                         std::io::Error::other("the group call was dropped with its runtime"),
                     )));
                 }
-                Ok(Ok(Answer::Reply(text))) => return reply_of(&text, sent),
+                Ok(Ok(Answer::Reply(text, wait))) => {
+                    let (raw, at) = reply_of(&text, sent)?;
+                    return Ok((raw, at, wait));
+                }
                 Ok(Ok(Answer::Failed(e))) => return Err(self.classify(e, sent)),
                 Ok(Ok(Answer::Timeout(t))) => return Err(Error::Timeout(t)),
                 Ok(Ok(Answer::BadReply(why))) => return Err(Error::BadReply(why)),
@@ -553,7 +563,8 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisBatch<C> {
                 .await
                 .map_err(|_| Error::Timeout(timeout))?
                 .map_err(|e| self.classify(e, sent))?;
-        reply_of(&text, sent)
+        let (raw, at) = reply_of(&text, sent)?;
+        Ok((raw, at, None))
     }
 
     /// A script error as the crate's [`Error`]: `TOLLGATE_KEY <i> <error>` names the key (from 1)

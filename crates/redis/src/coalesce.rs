@@ -18,6 +18,7 @@ use redis::aio::ConnectionLike;
 use smallvec::SmallVec;
 use tokio::sync::oneshot;
 
+use crate::durable::{Durability, GroupWait, SharedWait};
 use crate::function::{BATCH_LIBRARY, BatchCall, Fallback, by_function};
 
 /// At most this many group calls of one batch in flight: one being run by Redis while the next
@@ -38,12 +39,16 @@ pub(crate) struct Request {
     pub(crate) cost: String,
     /// The plan.
     pub(crate) plan: String,
+    /// The durability its batch asks for: a request that writes an admission waits for the
+    /// group's one `WAIT`.
+    pub(crate) durability: Option<Durability>,
 }
 
 /// What became of a request sent in a group.
 pub(crate) enum Answer {
-    /// The request's reply, as `batch` replies.
-    Reply(Vec<u8>),
+    /// The request's reply, as `batch` replies, and where the request has a durability, the
+    /// group's `WAIT` (sent only if a request asks for it).
+    Reply(Vec<u8>, Option<Arc<dyn GroupWait>>),
     /// The error the request's decision raised (it wrote nothing), or the group call's.
     Failed(RedisError),
     /// The group call did not answer within the timeout (it may have run).
@@ -170,6 +175,13 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Coalescer<C> {
             keys.extend(request.keys.iter().map(String::as_str));
             args.extend([cost.as_ref(), request.plan.as_str()]);
         }
+        let wait = requests
+            .iter()
+            .find_map(|r| r.durability)
+            .map(|durability| {
+                Arc::new(SharedWait::new(self.conn.clone(), durability, self.timeout))
+                    as Arc<dyn GroupWait>
+            });
         let mut conn = self.conn.clone();
         let call = by_function::<_, _, Vec<Vec<u8>>>(&mut conn, &BATCH_LIBRARY.many, &keys, &args);
         let reply = tokio::time::timeout(self.timeout, call).await;
@@ -180,7 +192,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Coalescer<C> {
                     // A request that gave up waiting (its timeout) has dropped its receiver.
                     let _ = answer.send(match text.strip_prefix(b"E") {
                         Some(error) => Answer::Failed(error_of(error)),
-                        None => Answer::Reply(text),
+                        None => Answer::Reply(text, wait.clone()),
                     });
                 }
                 return;

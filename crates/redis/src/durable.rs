@@ -1,8 +1,12 @@
 //! Durable admissions: `WAIT` for replicas after a script that wrote an admission.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
+use redis::RedisError;
 use redis::aio::ConnectionLike;
+use tokio::sync::OnceCell;
 
 use crate::error::Error;
 
@@ -20,8 +24,10 @@ use crate::error::Error;
 /// `WAIT`.
 ///
 /// What it costs: one more round trip per admitted request, plus the replicas' acknowledgement
-/// time; and `WAIT` blocks the connection it is sent on, so with a multiplexed connection the
-/// commands queued behind it wait too (up to `timeout` each while a replica is missing).
+/// time; with [`with_coalescing`](crate::RedisBatch::with_coalescing), one `WAIT` per group call
+/// whose requests wrote an admission, sent after the group's reply and awaited by each of them.
+/// `WAIT` blocks the connection it is sent on, so with a multiplexed connection the commands
+/// queued behind it wait too (up to `timeout` each while a replica is missing).
 ///
 /// What it does not cover: an admission confirmed by `replicas` replicas survives a failover to
 /// one of them; `WAIT` does not make Redis strongly consistent (a failover to a replica that had
@@ -105,6 +111,84 @@ impl Durability {
             });
         }
         Ok(())
+    }
+}
+
+/// One `WAIT` for the requests of a group call (coalesce.rs) that wrote an admission: the first of
+/// them to ask sends it, after the group's reply arrived, so it counts every write of the group
+/// (the connection's writes so far); the others await its answer. A group whose requests wrote
+/// nothing sends none. If the request sending it gives up (its timeout), the next one to ask sends
+/// it again.
+pub(crate) trait GroupWait: Send + Sync {
+    /// Whether enough replicas confirmed the group's writes ([`Durability::confirm`]'s answer).
+    fn confirm(&self) -> Pin<Box<dyn Future<Output = Result<(), Error>> + Send + '_>>;
+}
+
+/// [`GroupWait`] over one connection.
+pub(crate) struct SharedWait<C> {
+    conn: C,
+    durability: Durability,
+    slack: Duration,
+    answer: OnceCell<Result<(), Unconfirmed>>,
+}
+
+impl<C> SharedWait<C> {
+    /// A `WAIT` for `durability` on `conn`, `slack` as in [`Durability::confirm`].
+    pub(crate) fn new(conn: C, durability: Durability, slack: Duration) -> Self {
+        SharedWait {
+            conn,
+            durability,
+            slack,
+            answer: OnceCell::new(),
+        }
+    }
+}
+
+impl<C: ConnectionLike + Clone + Send + Sync> GroupWait for SharedWait<C> {
+    fn confirm(&self) -> Pin<Box<dyn Future<Output = Result<(), Error>> + Send + '_>> {
+        Box::pin(async move {
+            let answer = self
+                .answer
+                .get_or_init(|| async {
+                    self.durability
+                        .confirm(&self.conn, self.slack)
+                        .await
+                        .map_err(Unconfirmed::from)
+                })
+                .await;
+            answer.clone().map_err(Error::from)
+        })
+    }
+}
+
+/// Why a shared `WAIT` did not confirm, kept to answer each request that awaits it (the crate's
+/// [`Error`] is not `Clone`).
+#[derive(Clone, Debug)]
+enum Unconfirmed {
+    Short { confirmed: u64, wanted: u32 },
+    Timeout(Duration),
+    Redis(RedisError),
+}
+
+impl From<Error> for Unconfirmed {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::NotReplicated { confirmed, wanted } => Unconfirmed::Short { confirmed, wanted },
+            Error::Timeout(t) => Unconfirmed::Timeout(t),
+            Error::Redis(e) => Unconfirmed::Redis(e),
+            // `confirm` answers nothing else; kept as its text rather than lost.
+            other => Unconfirmed::Redis(RedisError::from(std::io::Error::other(other.to_string()))),
+        }
+    }
+}
+
+impl From<Unconfirmed> for Error {
+    fn from(u: Unconfirmed) -> Self {
+        match u {
+            Unconfirmed::Short { confirmed, wanted } => Error::NotReplicated { confirmed, wanted },
+            Unconfirmed::Timeout(t) => Error::Timeout(t),
+            Unconfirmed::Redis(e) => Error::Redis(e),
+        }
     }
 }
 

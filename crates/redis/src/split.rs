@@ -86,7 +86,7 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisBatch<C> {
                 .iter()
                 .map(|(_, members)| async move {
                     let group: Vec<&BatchKey<'_>> = members.iter().map(|&i| &keys[i]).collect();
-                    let (raw, _) = self.call(&group, now, cost, peek).await?;
+                    let (raw, _, _) = self.call(&group, now, cost, peek).await?;
                     let owned: Vec<BatchKey<'_>> = group.iter().map(|k| **k).collect();
                     parse(&owned, &group, &raw, cost)
                 })

@@ -7,9 +7,11 @@
 //! * With the replica stopped (SIGKILL by PID), a durable admission answers `NotReplicated` once
 //!   the `WAIT` timeout has passed (and not much later), leaves the units spent on the primary, and
 //!   does not open the circuit breaker (the primary answers).
+//! * With coalescing, a group call's requests share one `WAIT` sent after the group's reply (one
+//!   for 20 admissions), and with the replica stopped each of them answers `NotReplicated`.
 //! * A bounded failover (13 runs: kill -9 of the primary under load from 4 tasks, the replica
-//!   promoted): in durable mode (10 runs) no acknowledged admission is lost; in the default mode (3
-//!   runs) the loss is printed, not asserted (it depends on timing).
+//!   promoted): in durable mode (10 runs, 5 of them coalesced) no acknowledged admission is lost;
+//!   in the default mode (3 runs) the loss is printed, not asserted (it depends on timing).
 
 mod common;
 
@@ -45,9 +47,15 @@ fn batch(server: &RedisServer, durability: Option<Durability>) -> RedisBatch {
 
 /// How many `WAIT` commands the server has run.
 fn waits(server: &RedisServer) -> u64 {
+    calls(server, "wait")
+}
+
+/// How many `command` commands (lower case) the server has run.
+fn calls(server: &RedisServer, command: &str) -> u64 {
+    let prefix = format!("cmdstat_{command}:calls=");
     info(server.port, "commandstats")
         .lines()
-        .find_map(|l| l.strip_prefix("cmdstat_wait:calls="))
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
         .and_then(|rest| rest.split(',').next())
         .map_or(0, |n| n.parse().unwrap())
 }
@@ -130,13 +138,118 @@ async fn durable_admissions_are_confirmed_and_a_missing_replica_answers_not_repl
     assert!(started.elapsed() < timeout, "a denial sent a WAIT");
 }
 
+/// With coalescing, the requests of one group call share one `WAIT`, sent after the group's reply:
+/// 40 concurrent requests (20 admitted on keys of their own, 20 denied on a spent key) are one
+/// `FCALL` and one `WAIT`, after which the replica holds every admission; with the replica
+/// stopped, every admitted request of a group answers `NotReplicated` from the group's one
+/// `WAIT`, once its timeout has passed.
+#[tokio::test(flavor = "current_thread")]
+async fn coalesced_requests_share_their_group_s_one_wait() {
+    let primary = RedisServer::start();
+    let mut replica = RedisServer::start_replica_of(primary.port);
+    let durable = batch(
+        &primary,
+        Some(Durability::new(1, Duration::from_millis(1000))),
+    )
+    .with_coalescing();
+    let fixed = BatchLimit::for_quota::<FixedWindow>(Quota::per_hour(10).unwrap()).unwrap();
+    let spent = [BatchKey::enforcing("spent", &fixed)];
+    for _ in 0..10 {
+        assert!(admitted(
+            &spent,
+            &durable.try_check_at(&spent, NOW, 1).await.unwrap()
+        ));
+    }
+    let (fcalls, waited) = (calls(&primary, "fcall"), waits(&primary));
+    let tasks: Vec<_> = (0..40)
+        .map(|i| {
+            let (durable, fixed) = (durable.clone(), fixed.clone());
+            tokio::spawn(async move {
+                let own = format!("own{i}");
+                let keys = [BatchKey::enforcing(
+                    if i % 2 == 0 { &own } else { "spent" },
+                    &fixed,
+                )];
+                let got = durable.try_check_at(&keys, NOW, 1).await.unwrap();
+                assert_eq!(admitted(&keys, &got), i % 2 == 0, "request {i}: {got:?}");
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(calls(&primary, "fcall") - fcalls, 1, "one group call");
+    assert_eq!(
+        waits(&primary) - waited,
+        1,
+        "one WAIT for the group's 20 admissions"
+    );
+    for i in (0..40).step_by(2) {
+        assert_eq!(
+            command(replica.port, &["HGET", &format!("t:own{i}"), "c"]),
+            "1"
+        );
+    }
+
+    replica.kill(); // SIGKILL, by PID
+    let timeout = Duration::from_millis(50);
+    let short = batch(&primary, Some(Durability::new(1, timeout))).with_coalescing();
+    // Loads the library for this batch (a peek: no WAIT).
+    short.try_peek_at(&spent, NOW, 1).await.unwrap();
+    let (fcalls, waited) = (calls(&primary, "fcall"), waits(&primary));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..10)
+        .map(|i| {
+            let (short, fixed) = (short.clone(), fixed.clone());
+            tokio::spawn(async move {
+                let own = format!("short{i}");
+                short
+                    .try_check_at(&[BatchKey::enforcing(&own, &fixed)], NOW, 1)
+                    .await
+            })
+        })
+        .collect();
+    for task in tasks {
+        match task.await.unwrap() {
+            Err(Error::NotReplicated {
+                confirmed: 0,
+                wanted: 1,
+            }) => {}
+            other => panic!("want NotReplicated, got {other:?}"),
+        }
+    }
+    let took = started.elapsed();
+    assert!(
+        took >= timeout && took < timeout + config().timeout(),
+        "answered after {took:?}"
+    );
+    assert_eq!(calls(&primary, "fcall") - fcalls, 1);
+    assert_eq!(waits(&primary) - waited, 1);
+    // The units stay spent on the primary.
+    for i in 0..10 {
+        assert_eq!(
+            command(primary.port, &["HGET", &format!("t:short{i}"), "c"]),
+            "1"
+        );
+    }
+}
+
 /// One failover under load: 4 tasks admit on one key (a fixed window of a million) through
-/// `batch` until the primary is killed (SIGKILL) after `kill_after` acknowledged admissions; the
+/// `batch` (coalescing their calls if `coalesce`) until the primary is killed (SIGKILL) after `kill_after` acknowledged admissions; the
 /// replica is promoted. Returns (acknowledged admissions, the count the promoted replica holds).
-async fn failover_once(durability: Option<Durability>, kill_after: u64) -> (u64, u64) {
+async fn failover_once(
+    durability: Option<Durability>,
+    kill_after: u64,
+    coalesce: bool,
+) -> (u64, u64) {
     let mut primary = RedisServer::start();
     let replica = RedisServer::start_replica_of(primary.port);
-    let batch = Arc::new(batch(&primary, durability));
+    let batch = batch(&primary, durability);
+    let batch = Arc::new(if coalesce {
+        batch.with_coalescing()
+    } else {
+        batch
+    });
     let limit = BatchLimit::for_quota::<FixedWindow>(Quota::per_hour(1_000_000).unwrap()).unwrap();
     let acked = Arc::new(AtomicU64::new(0));
     let reached = Arc::new(tokio::sync::Notify::new());
@@ -187,8 +300,13 @@ async fn no_acknowledged_admission_is_lost_in_a_failover_in_durable_mode() {
     let started = Instant::now();
     let kill_points = [40, 100, 150, 250, 300, 400, 500, 600, 700, 800];
     for (run, kill_after) in kill_points.into_iter().enumerate() {
-        let (acked, held) = failover_once(Some(durable), kill_after).await;
-        eprintln!("durable run {run}: {acked} acknowledged, the promoted replica holds {held}");
+        // Every other run with its calls coalesced (one WAIT per group call).
+        let coalesce = run % 2 == 1;
+        let (acked, held) = failover_once(Some(durable), kill_after, coalesce).await;
+        eprintln!(
+            "durable run {run} (coalesced: {coalesce}): {acked} acknowledged, the promoted \
+             replica holds {held}"
+        );
         assert!(acked >= kill_after);
         assert!(
             held >= acked,
@@ -197,7 +315,7 @@ async fn no_acknowledged_admission_is_lost_in_a_failover_in_durable_mode() {
         );
     }
     for (run, kill_after) in [150, 500, 800].into_iter().enumerate() {
-        let (acked, held) = failover_once(None, kill_after).await;
+        let (acked, held) = failover_once(None, kill_after, false).await;
         eprintln!(
             "default run {run}: {acked} acknowledged, the promoted replica holds {held} (lost {})",
             acked.saturating_sub(held)

@@ -108,7 +108,8 @@ pub struct RedisBackend {
 /// timeout` after each admitting script. `timeout` is rounded up to whole milliseconds and must
 /// stay below the backend's `timeout` (a `WAIT` answers only once its timeout has passed when too
 /// few replicas confirm). An admitted request costs one more round trip plus the replicas'
-/// acknowledgement; `WAIT` holds the domain's shared connection while it waits.
+/// acknowledgement (one `WAIT` per group of coalesced requests, on one node); `WAIT` holds the
+/// domain's shared connection while it waits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct DurableSettings {
