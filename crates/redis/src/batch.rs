@@ -490,13 +490,14 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisBatch<C> {
             let (raw, at, group_wait) = self.call(&sent, now, cost, peek).await?;
             let decisions = parse(keys, &sent, &raw, cost)?;
             // Only a call that wrote an admission waits for it to be replicated: by its group's
-            // one `WAIT` where it went in a group, else by its own.
+            // one `WAIT` where it went in a group that waits for the same durability, else by its
+            // own.
             let wrote =
                 !peek && admitted(keys, &decisions) && decisions.iter().any(|d| d.is_allowed());
             if let Some(durability) = self.durability.filter(|_| wrote) {
                 match group_wait {
-                    Some(wait) => wait.confirm().await?,
-                    None => {
+                    Some(wait) if wait.durability() == durability => wait.confirm().await?,
+                    _ => {
                         durability
                             .confirm(&self.conn, self.config.timeout())
                             .await?

@@ -120,6 +120,10 @@ impl Durability {
 /// nothing sends none. If the request sending it gives up (its timeout), the next one to ask sends
 /// it again.
 pub(crate) trait GroupWait: Send + Sync {
+    /// The durability it waits for (that of the group's first request that has one: clones of a
+    /// batch share its coalescing and may ask for different ones).
+    fn durability(&self) -> Durability;
+
     /// Whether enough replicas confirmed the group's writes ([`Durability::confirm`]'s answer).
     fn confirm(&self) -> Pin<Box<dyn Future<Output = Result<(), Error>> + Send + '_>>;
 }
@@ -145,6 +149,10 @@ impl<C> SharedWait<C> {
 }
 
 impl<C: ConnectionLike + Clone + Send + Sync> GroupWait for SharedWait<C> {
+    fn durability(&self) -> Durability {
+        self.durability
+    }
+
     fn confirm(&self) -> Pin<Box<dyn Future<Output = Result<(), Error>> + Send + '_>> {
         Box::pin(async move {
             let answer = self

@@ -234,6 +234,54 @@ async fn coalesced_requests_share_their_group_s_one_wait() {
     }
 }
 
+/// Clones of a coalescing batch share its groups but may ask for different durabilities: in one
+/// group, requests that want 2 replicas (there is 1) answer `NotReplicated`, whatever the
+/// durability of the group's other requests (1 replica, confirmed).
+#[tokio::test(flavor = "current_thread")]
+async fn a_group_s_wait_serves_only_requests_of_its_durability() {
+    let primary = RedisServer::start();
+    let _replica = RedisServer::start_replica_of(primary.port);
+    let base = batch(&primary, None).with_coalescing();
+    let one = base
+        .clone()
+        .with_durability(Durability::new(1, Duration::from_millis(1000)));
+    let two = base
+        .clone()
+        .with_durability(Durability::new(2, Duration::from_millis(50)));
+    let fixed = BatchLimit::for_quota::<FixedWindow>(Quota::per_hour(10).unwrap()).unwrap();
+    // Loads the library (a peek: no WAIT).
+    base.try_peek_at(&[BatchKey::enforcing("warm", &fixed)], NOW, 1)
+        .await
+        .unwrap();
+    let fcalls = calls(&primary, "fcall");
+    // The first requests queued want 1 replica: the group's WAIT is theirs.
+    let tasks: Vec<_> = (0..8)
+        .map(|i| {
+            let (batch, fixed) = (if i < 4 { one.clone() } else { two.clone() }, fixed.clone());
+            tokio::spawn(async move {
+                let own = format!("mixed{i}");
+                batch
+                    .try_check_at(&[BatchKey::enforcing(&own, &fixed)], NOW, 1)
+                    .await
+            })
+        })
+        .collect();
+    for (i, task) in tasks.into_iter().enumerate() {
+        match (i < 4, task.await.unwrap()) {
+            (true, Ok(_)) => {}
+            (
+                false,
+                Err(Error::NotReplicated {
+                    confirmed: 1,
+                    wanted: 2,
+                }),
+            ) => {}
+            (_, other) => panic!("request {i}: {other:?}"),
+        }
+    }
+    assert_eq!(calls(&primary, "fcall") - fcalls, 1, "one group call");
+}
+
 /// One failover under load: 4 tasks admit on one key (a fixed window of a million) through
 /// `batch` (coalescing their calls if `coalesce`) until the primary is killed (SIGKILL) after `kill_after` acknowledged admissions; the
 /// replica is promoted. Returns (acknowledged admissions, the count the promoted replica holds).
