@@ -186,10 +186,22 @@ impl<C: Clock> StripedLimiter<C> {
     /// Returns the decision and the word it was based on or wrote.
     #[inline(always)]
     fn alone(&self, now: Nanos, cost: u64) -> Result<(Decision, Nanos), CheckError> {
+        // A denial writes nothing, so it is answered before the CAS loop, with nothing to count:
+        // the loop's bookkeeping (the tries, the contention it watches for) is left out of a
+        // flood's path. The first transition is then the loop's first.
+        let current = self.shared.load();
+        let first = self.gcra.decide(current, now, cost)?;
+        if first.next.is_none_or(|next| next == current) {
+            return Ok((first.decision, current));
+        }
+        let mut first = Some(first);
         let mut tries = 0u32;
-        let result = self.shared.update(self.shared.load(), |tat| {
+        let result = self.shared.update(current, |tat| {
             tries += 1;
-            let transition = self.gcra.decide(tat, now, cost)?;
+            let transition = match first.take() {
+                Some(first) => first,
+                None => self.gcra.decide(tat, now, cost)?,
+            };
             Ok((transition.decision, transition.next))
         });
         if tries > 1 {
