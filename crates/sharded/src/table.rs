@@ -168,7 +168,11 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     /// Applies the key's algorithm to the slot with the pair CAS loop, keeping `reserve`'s headroom
     /// ([`Plain`](crate::headroom::Plain): none). `None`: the slot no longer holds the key (evicted under us), or
     /// a promoted key was demoted (`hot.rs`); the caller rescans.
-    #[inline]
+    ///
+    /// Always inlined: with the promotion paths beside it the compiler stopped inlining it, and
+    /// the call (its prologue, and the decision returned through memory) cost a keyed check about
+    /// 40 instructions of ~290 (`results/keyed/floor.md`).
+    #[inline(always)]
     pub(crate) fn apply(
         &self,
         index: usize,
