@@ -87,6 +87,47 @@ fn eviction_racing_an_admission_on_the_evicted_key_loses_nothing_and_never_over_
 }
 
 #[test]
+fn a_receipt_refund_racing_the_eviction_of_its_key_gives_the_new_key_nothing() {
+    loom::model(|| {
+        // Burst 2 per second: key 100 spends it at 0 and is fresh again at 2 s.
+        let limiter = table(Quota::per_second(1).unwrap().with_burst(2).unwrap());
+        let (spent, receipt) = limiter.check_key_at_with_receipt(&100, 0, 2).unwrap();
+        assert!(spent.is_allowed());
+        for filler in 1..=3u64 {
+            assert!(
+                limiter
+                    .check_key_at(&filler, 2 * SEC, 2)
+                    .unwrap()
+                    .is_allowed()
+            );
+        }
+        // At 2 s (key 100 fresh, the fillers live): the refund of key 100's admission, made at 0,
+        // races new key 200, whose insert evicts key 100 and spends key 200's burst.
+        let refund = {
+            let limiter = limiter.clone();
+            thread::spawn(move || limiter.refund_receipt_at(receipt, 0, 2))
+        };
+        let insert = {
+            let limiter = limiter.clone();
+            thread::spawn(move || limiter.check_key_at(&200, 2 * SEC, 2).unwrap())
+        };
+        let _ = refund.join().unwrap();
+        assert!(insert.join().unwrap().is_allowed());
+        assert_eq!(limiter.overflow_decisions(), 0);
+        // Whichever came first, key 200's slot got none of key 100's units back.
+        assert!(!limiter.check_key_at(&200, 2 * SEC, 1).unwrap().is_allowed());
+        for filler in 1..=3u64 {
+            assert!(
+                !limiter
+                    .check_key_at(&filler, 2 * SEC, 1)
+                    .unwrap()
+                    .is_allowed()
+            );
+        }
+    });
+}
+
+#[test]
 fn a_stripe_insert_racing_a_lookup_of_another_key_disturbs_neither() {
     loom::model(|| {
         let limiter = table(Quota::per_second(1).unwrap().with_burst(3).unwrap());

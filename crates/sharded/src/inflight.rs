@@ -306,7 +306,7 @@ impl<K: ?Sized + 'static, C: Clock + 'static> KeyedInFlight<K, C> {
             match self.table.scan(place, None, None) {
                 Scan::Found(index, found) => {
                     if let Some(result) = self.take_slot(index, found, now, cost, reserve) {
-                        return result.map(|decision| (decision, Landed::Slot));
+                        return result.map(|decision| (decision, Landed::Slot(index)));
                     }
                     // Re-tagged under us (the key was evicted at count 0): look again.
                 }
@@ -375,7 +375,7 @@ impl<K: ?Sized, C: Clock> GiveBack for KeyedInFlight<K, C> {
             return;
         }
         let released = match landed {
-            Landed::Slot => self.release_slot(place, taken_at, cost),
+            Landed::Slot(_) => self.release_slot(place, taken_at, cost),
             Landed::Overflow => {
                 // Under the stripe lock, like every other write of the overflow state (a change of
                 // the default limit carries it over under every stripe lock).

@@ -10,11 +10,12 @@ use crate::limiter::{KeyedLimiter, Place, SlotAt, Stripe};
 use crate::slot::SlotWord;
 use crate::sync::{Ordering, lock};
 
-/// Which state decided a new key: its own slot (or nothing was written), or its stripe's overflow
-/// state.
+/// Which state decided a new key: its own slot, at this index (for a decision that wrote nothing,
+/// the slot it would have taken, which does not hold it: a [`SlotReceipt`](crate::SlotReceipt)
+/// checks the slot's tag before it gives anything back), or its stripe's overflow state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Landed {
-    Slot,
+    Slot(usize),
     Overflow,
 }
 
@@ -86,7 +87,7 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
             match self.scan_locked(place, now, &ledger) {
                 (Some((index, found)), _) => {
                     if let Some(result) = self.apply(index, found, now, cost, reserve) {
-                        return result.map(|decision| (decision, Landed::Slot));
+                        return result.map(|decision| (decision, Landed::Slot(index)));
                     }
                     // Only inserts re-tag slots and we hold the stripe's lock: unreachable, but
                     // rescanning is correct anyway.
@@ -96,7 +97,7 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
                     let transition = reserve.decide(algorithm, state, now, cost)?;
                     let Some(next) = transition.next else {
                         // A decision that writes nothing (cost 0) does not insert the key.
-                        return Ok((transition.decision, Landed::Slot));
+                        return Ok((transition.decision, Landed::Slot(index)));
                     };
                     // Evicting a fresh key: this exchange fails if an admission on it landed after
                     // our load (its state is then no longer `old.state`), and we rescan.
@@ -105,7 +106,7 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
                             self.count_insert(place.stripe);
                         }
                         ledger.settle(place.hash_part);
-                        return Ok((transition.decision, Landed::Slot));
+                        return Ok((transition.decision, Landed::Slot(index)));
                     }
                 }
                 (None, None) => {

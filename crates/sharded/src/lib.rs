@@ -74,6 +74,7 @@ mod insert;
 mod ledger;
 mod limiter;
 mod overrides;
+mod receipt;
 mod refund;
 mod requota;
 mod slot;
@@ -88,3 +89,4 @@ pub use inflight::{KeyPermit, KeyedInFlight};
 pub use limiter::{
     DEFAULT_WINDOW, KeyedLimiter, MAX_OVERRIDE_QUOTAS, MAX_STRIPES, MAX_WINDOW, MIN_WINDOW,
 };
+pub use receipt::SlotReceipt;

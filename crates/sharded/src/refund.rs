@@ -64,7 +64,13 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
 
     /// The refund on one slot through the one CAS loop, as [`apply`](Self::apply): `None` when the
     /// slot no longer holds the key.
-    fn refund_slot(&self, index: usize, current: SlotWord, now: Nanos, cost: u64) -> Option<bool> {
+    pub(crate) fn refund_slot(
+        &self,
+        index: usize,
+        current: SlotWord,
+        now: Nanos,
+        cost: u64,
+    ) -> Option<bool> {
         let hash_part = current.hash_part();
         let outcome = cas_loop(
             current,
