@@ -8,19 +8,22 @@ use tollgate_core::{
     Algorithm, CheckError, Clock, Decision, FixedWindow, Gcra, LeakyBucket, Limiter, Nanos, Quota,
     SlidingWindow,
 };
-use tollgate_sharded::{KeyedError, KeyedLimiter};
+use tollgate_sharded::{KeyedError, KeyedLimiter, SlotReceipt};
 use tollgate_striped::{LeaseReceipt, StripedConfig, StripedLimiter};
 
 use crate::config::{AlgorithmKind, Storage};
 use crate::config_error::ConfigErrorKind;
 use crate::sync::{AtomicU64, Ordering, fence};
 
-/// What a refund needs besides the key: where a striped admission's units came from (the lease,
-/// and how many successors along a chain of reloads decided it: 0 for the limiter itself).
+/// What a refund needs besides the key: where a keyed admission was recorded (its slot, so the
+/// refund neither hashes the key nor probes for it again), or where a striped admission's units
+/// came from (the lease, and how many successors along a chain of reloads decided it: 0 for the
+/// limiter itself).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) enum Receipt {
     #[default]
     Plain,
+    Keyed(SlotReceipt),
     Striped {
         receipt: LeaseReceipt,
         hops: u8,
@@ -93,8 +96,8 @@ impl<A: Algorithm, C: Clock> RuleLimiter for Keyed<A, C> {
     #[inline]
     fn check(&self, key: &[u8], now: Nanos, cost: u64) -> Result<(Decision, Receipt), CheckError> {
         self.limiter
-            .check_key_at(key, now, cost)
-            .map(|d| (d, Receipt::Plain))
+            .check_key_at_with_receipt(key, now, cost)
+            .map(|(d, receipt)| (d, Receipt::Keyed(receipt)))
     }
     #[inline]
     fn check_reserving(
@@ -105,14 +108,23 @@ impl<A: Algorithm, C: Clock> RuleLimiter for Keyed<A, C> {
         reserve: u64,
     ) -> Result<(Decision, Receipt), CheckError> {
         self.limiter
-            .check_key_reserving_at(key, now, cost, reserve)
-            .map(|d| (d, Receipt::Plain))
+            .check_key_reserving_at_with_receipt(key, now, cost, reserve)
+            .map(|(d, receipt)| (d, Receipt::Keyed(receipt)))
     }
     fn peek(&self, key: &[u8], now: Nanos, cost: u64) -> Result<Decision, CheckError> {
         self.limiter.peek_key_at(key, now, cost)
     }
-    fn refund(&self, key: &[u8], now: Nanos, cost: u64, _: Receipt) {
-        self.limiter.refund_key_at(key, now, cost);
+    fn refund(&self, key: &[u8], now: Nanos, cost: u64, receipt: Receipt) {
+        match receipt {
+            // Back to the state that recorded the admission (or nowhere, if its slot changed
+            // hands since: stricter).
+            Receipt::Keyed(receipt) => {
+                self.limiter.refund_receipt_at(receipt, now, cost);
+            }
+            Receipt::Plain | Receipt::Striped { .. } => {
+                self.limiter.refund_key_at(key, now, cost);
+            }
+        }
     }
     fn charge(&self, key: &[u8], now: Nanos, cost: u64) {
         self.limiter.charge_key_at(key, now, cost);
@@ -383,7 +395,7 @@ impl<C: Clock> RuleLimiter for Striped<C> {
                         receipt,
                         hops: hops.saturating_add(1),
                     },
-                    Receipt::Plain => Receipt::Plain,
+                    other => other,
                 };
                 (decision, receipt)
             }),
@@ -409,7 +421,7 @@ impl<C: Clock> RuleLimiter for Striped<C> {
                     next.refund(key, now, cost, Receipt::Striped { receipt, hops });
                 }
             }
-            Receipt::Plain => {}
+            Receipt::Plain | Receipt::Keyed(_) => {}
         }
     }
     fn charge(&self, key: &[u8], now: Nanos, cost: u64) {

@@ -209,7 +209,10 @@ impl Reservation {
                 let back = match (taken.algorithm, taken.receipt) {
                     // Only the part of the segment still ahead of `now`: units whose time has
                     // passed are not handed out again.
-                    (AlgorithmKind::Gcra | AlgorithmKind::LeakyBucket, Receipt::Plain) => {
+                    (
+                        AlgorithmKind::Gcra | AlgorithmKind::LeakyBucket,
+                        Receipt::Plain | Receipt::Keyed(_),
+                    ) => {
                         let ahead = taken.end.saturating_sub(now) / taken.interval.max(1);
                         surplus.min(ahead)
                     }
