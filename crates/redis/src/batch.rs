@@ -535,22 +535,22 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisBatch<C> {
         };
         let request = match grouped {
             Err(request) => request,
-            Ok(answer) => match tokio::time::timeout(timeout, answer).await {
-                Err(_) => return Err(Error::Timeout(timeout)),
+            // The group answers by the request's deadline (coalesce.rs): no timer of our own.
+            Ok(answer) => match answer.await {
                 // The group's task was dropped (its runtime shut down): no answer came.
-                Ok(Err(_)) => {
+                Err(_) => {
                     return Err(Error::Redis(redis::RedisError::from(
                         std::io::Error::other("the group call was dropped with its runtime"),
                     )));
                 }
-                Ok(Ok(Answer::Reply(text, wait))) => {
+                Ok(Answer::Reply(text, wait)) => {
                     let (raw, at) = reply_of(&text, sent)?;
                     return Ok((raw, at, wait));
                 }
-                Ok(Ok(Answer::Failed(e))) => return Err(self.classify(e, sent)),
-                Ok(Ok(Answer::Timeout(t))) => return Err(Error::Timeout(t)),
-                Ok(Ok(Answer::BadReply(why))) => return Err(Error::BadReply(why)),
-                Ok(Ok(Answer::Alone(request))) => request,
+                Ok(Answer::Failed(e)) => return Err(self.classify(e, sent)),
+                Ok(Answer::Timeout(t)) => return Err(Error::Timeout(t)),
+                Ok(Answer::BadReply(why)) => return Err(Error::BadReply(why)),
+                Ok(Answer::Alone(request)) => request,
             },
         };
         let mut conn = self.conn.clone();

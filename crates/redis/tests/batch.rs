@@ -503,6 +503,68 @@ async fn a_coalesced_request_alone_is_one_fcall() {
     one_request_is_one_by(&server, &batch, "fcall").await;
 }
 
+/// On a stalled server, every coalesced request times out by its own deadline, the requests that
+/// queued behind the two calls in flight included: a group's call is bounded by its oldest
+/// request's deadline, not by a fresh timeout from when it was sent (which would let those wait
+/// two timeouts).
+#[tokio::test(flavor = "current_thread")]
+async fn coalesced_requests_on_a_stalled_server_time_out_by_their_own_deadline() {
+    let server = RedisServer::start();
+    let timeout = Duration::from_millis(500);
+    let cfg = config().with_timeout(timeout);
+    let batch = RedisBatch::new(connect(&server.url(), &cfg).unwrap(), cfg).with_coalescing();
+    let limit = BatchLimit::for_quota::<Gcra>(Quota::per_second(10).unwrap()).unwrap();
+    // Loads the library.
+    batch
+        .try_peek(&[BatchKey::enforcing("warm", &limit)], 1)
+        .await
+        .unwrap();
+    let mut other = raw(&server).await;
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(5_000)
+        .arg("ALL")
+        .query_async(&mut other)
+        .await
+        .unwrap();
+    let spawn = |i: usize| {
+        let (batch, limit) = (batch.clone(), limit.clone());
+        tokio::spawn(async move {
+            let key = format!("k{i}");
+            let start = Instant::now();
+            let got = batch
+                .try_check(&[BatchKey::enforcing(&key, &limit)], 1)
+                .await;
+            (got, start.elapsed())
+        })
+    };
+    // Two calls in flight (each started by a request alone), then, 50 ms later, ten requests
+    // queued behind them: their deadlines come 50 ms after the calls in flight time out, so the
+    // call that carries them is still theirs to bound.
+    let mut tasks = Vec::new();
+    for i in 0..2 {
+        tasks.push(spawn(i));
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    tasks.extend((2..12).map(spawn));
+    for task in tasks {
+        let (got, elapsed) = task.await.unwrap();
+        assert!(
+            matches!(got, Err(Error::Timeout(t)) if t == timeout),
+            "{got:?}"
+        );
+        // One timeout (500 ms), with room for a slow machine; a call bounded by a fresh timeout
+        // from when it was sent would answer the queued ones after 950 ms.
+        assert!(
+            elapsed < Duration::from_millis(800),
+            "answered after {elapsed:?}"
+        );
+    }
+}
+
 /// A group call leaves exactly the state, and answers exactly the decisions, of its requests one
 /// after the other: 40 requests at one instant, of costs 1 to 3, on a shared GCRA key, a shared
 /// sliding window and a key of their own of every algorithm (a peek among them), coalesced into
