@@ -488,6 +488,10 @@ fn refund<S: Store>(
     cost: u64,
 ) {
     for &(i, receipt) in admitted {
+        // A keyed rule's receipt names its slot: no key to build.
+        if store.refund_by_receipt(i, now, cost, receipt) {
+            continue;
+        }
         let mut buf = KeyBuf::new();
         if let Some(at) = rule_key(set, i, values, &mut buf) {
             store.refund(&at, now, cost, receipt);

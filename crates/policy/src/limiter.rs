@@ -48,6 +48,11 @@ pub(crate) trait RuleLimiter: Send + Sync {
     }
     fn peek(&self, key: &[u8], now: Nanos, cost: u64) -> Result<Decision, CheckError>;
     fn refund(&self, key: &[u8], now: Nanos, cost: u64, receipt: Receipt);
+    /// `refund` where `receipt` alone says where the admission goes (a keyed rule's slot): `false`
+    /// when it does not (the key is needed), and nothing was done.
+    fn refund_by_receipt(&self, _now: Nanos, _cost: u64, _receipt: Receipt) -> bool {
+        false
+    }
     /// Counts `cost` units for `key` at `now` without a decision (a settlement's overdraft: see
     /// `Algorithm::charge`).
     fn charge(&self, key: &[u8], now: Nanos, cost: u64);
@@ -115,16 +120,19 @@ impl<A: Algorithm, C: Clock> RuleLimiter for Keyed<A, C> {
         self.limiter.peek_key_at(key, now, cost)
     }
     fn refund(&self, key: &[u8], now: Nanos, cost: u64, receipt: Receipt) {
-        match receipt {
-            // Back to the state that recorded the admission (or nowhere, if its slot changed
-            // hands since: stricter).
-            Receipt::Keyed(receipt) => {
-                self.limiter.refund_receipt_at(receipt, now, cost);
-            }
-            Receipt::Plain | Receipt::Striped { .. } => {
-                self.limiter.refund_key_at(key, now, cost);
-            }
+        if !self.refund_by_receipt(now, cost, receipt) {
+            self.limiter.refund_key_at(key, now, cost);
         }
+    }
+    #[inline]
+    fn refund_by_receipt(&self, now: Nanos, cost: u64, receipt: Receipt) -> bool {
+        // Back to the state that recorded the admission (or nowhere, if its slot changed hands
+        // since: stricter).
+        let Receipt::Keyed(receipt) = receipt else {
+            return false;
+        };
+        self.limiter.refund_receipt_at(receipt, now, cost);
+        true
     }
     fn charge(&self, key: &[u8], now: Nanos, cost: u64) {
         self.limiter.charge_key_at(key, now, cost);

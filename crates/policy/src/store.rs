@@ -61,6 +61,19 @@ pub(crate) trait Store {
     -> Result<Option<Decision>, CheckError>;
     /// Gives an admission of `cost` units back.
     fn refund(&self, at: &RuleKey<'_>, now: Nanos, cost: u64, receipt: Self::Receipt);
+    /// [`refund`](Self::refund) of rule `index`'s admission where its receipt alone says where
+    /// it goes (no key to build): `false` when the receipt does not, and nothing was done.
+    #[inline]
+    fn refund_by_receipt(
+        &self,
+        index: usize,
+        now: Nanos,
+        cost: u64,
+        receipt: Self::Receipt,
+    ) -> bool {
+        let _ = (index, now, cost, receipt);
+        false
+    }
     /// How long until more than an admission's `remaining` units pass (the `RateLimit` field's
     /// `t`); `None` when unknown or not limited.
     fn next_unit(&self, at: &RuleKey<'_>, now: Nanos, decision: &Decision) -> Option<Duration>;
@@ -160,6 +173,11 @@ impl Store for MemoryStore {
     #[inline]
     fn refund(&self, at: &RuleKey<'_>, now: Nanos, cost: u64, receipt: Receipt) {
         self.limiters[at.index].refund(at.key, now, cost, receipt);
+    }
+
+    #[inline]
+    fn refund_by_receipt(&self, index: usize, now: Nanos, cost: u64, receipt: Receipt) -> bool {
+        self.limiters[index].refund_by_receipt(now, cost, receipt)
     }
 
     #[inline]
