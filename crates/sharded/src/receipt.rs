@@ -145,7 +145,9 @@ impl<K: ?Sized, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     /// Exact, or stricter: when the key's slot changed hands since (the key was evicted, and
     /// perhaps inserted again elsewhere with a state of its own), nothing is given back; an
     /// admission the overflow state made goes back to the overflow state, even if the key has
-    /// taken a slot since. A promoted key's refund is refused, as `refund_key_at`'s is.
+    /// taken a slot since. A key evicted and inserted again into the same slot gets the refund in
+    /// its new state, as `refund_key_at` would give it (it had to be fresh to be evicted). A
+    /// promoted key's refund is refused, as `refund_key_at`'s is.
     pub fn refund_receipt_at(&self, receipt: SlotReceipt, now: Nanos, cost: u64) -> bool {
         let (index, hash_part) = (receipt.at, receipt.mark & !TIER_MASK);
         match receipt.mark & TIER_MASK {
