@@ -5,12 +5,12 @@
 //!
 //! ```sh
 //! cargo build --release -p tollgate-benches --example policy_refund_instructions
-//! valgrind --tool=callgrind --toggle-collect='*stage_refund*' --callgrind-out-file=/dev/null \
+//! valgrind --tool=callgrind --toggle-collect='*stage_decide*' --callgrind-out-file=/dev/null \
 //!   target/release/examples/policy_refund_instructions 200000 10000
 //! ```
-//! (arguments: requests, keys; a third, `admit`, times the same rules with a global limit never
-//! reached instead, in `stage_admit`: the admission path the receipts add to). `results/engine/refund.sh`
-//! runs both and divides by the requests.
+//! (arguments: requests, keys; a third, `admit`, runs the same loop with a global limit never
+//! reached instead: the admission path the receipts add to). `results/engine/refund.sh` runs both
+//! and divides by the requests.
 
 use std::hint::black_box;
 
@@ -35,20 +35,7 @@ const RULES: &str = r#"
 "#;
 
 #[inline(never)]
-fn stage_admit(policy: &Policy<ManualClock>, clients: &[String], calls: usize) -> u64 {
-    let now = policy.now();
-    (0..calls)
-        .filter(|i| {
-            let client = clients[i % clients.len()].as_str();
-            black_box(policy)
-                .check_at(&[("client", client)], now, 1)
-                .is_ok_and(|d| d.decision.is_allowed())
-        })
-        .count() as u64
-}
-
-#[inline(never)]
-fn stage_refund(policy: &Policy<ManualClock>, clients: &[String], calls: usize) -> u64 {
+fn stage_decide(policy: &Policy<ManualClock>, clients: &[String], calls: usize) -> u64 {
     let now = policy.now();
     (0..calls)
         .filter(|i| {
@@ -76,11 +63,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let now = policy.now();
     assert!(policy.check_at(&[], now, 1)?.decision.is_allowed());
     stage_warm(&policy, &clients);
-    let admitted = if admit {
-        stage_admit(&policy, &clients, calls)
-    } else {
-        stage_refund(&policy, &clients, calls)
-    };
+    let admitted = stage_decide(&policy, &clients, calls);
     println!("admitted {admitted} of {calls} over {keys} keys");
     Ok(())
 }

@@ -15,7 +15,7 @@ echo "commit $(git rev-parse --short HEAD)$(git diff --quiet || echo '+dirty'), 
 for bin in ${OLD:+"$OLD"} "$new"; do
   for mode in refund admit; do
     for keys in ${KEYS:-1 10000 1000000}; do
-      ir=$(valgrind --tool=callgrind --toggle-collect="*stage_${mode}*" --callgrind-out-file=/dev/null \
+      ir=$(valgrind --tool=callgrind --toggle-collect="*stage_decide*" --callgrind-out-file=/dev/null \
         "$bin" "$n" "$keys" "$mode" 2>&1 >/dev/null | awk '/Collected :/ {print $NF}')
       echo "$bin $mode keys=$keys: $(echo "scale=1; $ir / $n" | bc) instructions per request"
     done
