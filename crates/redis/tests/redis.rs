@@ -758,6 +758,70 @@ async fn lease_leftovers_carry_into_the_next_lease_for_larger_costs() {
     assert!(check(0).await.unwrap().is_allowed());
 }
 
+/// Holds every client's commands on `server` for `ms` (the reply to this one comes at once).
+async fn pause(server: &RedisServer, ms: u64) {
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(ms)
+        .arg("ALL")
+        .query_async(&mut raw(server).await)
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_call_cancelled_puts_its_leftover_back() {
+    let server = RedisServer::start();
+    let quota = Quota::per_second(10).unwrap(); // burst 10
+    let leased = leased_limiter(&server, quota, lease(4, Duration::from_secs(10)));
+    let now: Nanos = EPOCH_US * 1000;
+    assert_eq!(admitted(3, || leased.try_check_at("k", now, 1)).await, 3); // 1 unit left
+    pause(&server, 1_000).await;
+    // Cost 2: the unit left travels with the request into a lease call that stalls; the caller
+    // gives up on it (a cancelled request, a dropped future).
+    let cancelled =
+        tokio::time::timeout(Duration::from_millis(50), leased.try_check_at("k", now, 2)).await;
+    assert!(cancelled.is_err(), "{cancelled:?}");
+    // The unit is back in the pool and the key free: a cost-1 request is answered locally, while
+    // the server still holds every command.
+    let local = tokio::time::timeout(Duration::from_millis(500), leased.try_check_at("k", now, 1))
+        .await
+        .expect("answered locally");
+    assert!(local.unwrap().is_allowed());
+    let s = leased.stats_at(now);
+    assert_eq!((s.admitted, s.held, s.redis_calls), (4, 0, 2));
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn tasks_waiting_on_a_lease_call_take_over_when_it_is_cancelled() {
+    let server = RedisServer::start();
+    let leased = Arc::new(leased_limiter(
+        &server,
+        Quota::per_second(10).unwrap(),
+        lease(4, Duration::from_secs(10)),
+    ));
+    let now: Nanos = EPOCH_US * 1000;
+    pause(&server, 300).await;
+    let check = |leased: &Arc<LeasedLimiter>| {
+        let leased = Arc::clone(leased);
+        tokio::spawn(async move { leased.try_check_at("k", now, 1).await })
+    };
+    // One runtime thread: after one yield, the first task is in its lease call (held by the
+    // pause) and the second waits for it.
+    let first = check(&leased);
+    let second = check(&leased);
+    tokio::task::yield_now().await;
+    first.abort();
+    assert!(first.await.unwrap_err().is_cancelled());
+    // The second makes the call itself once the first is gone, and is answered after the pause.
+    let got = tokio::time::timeout(Duration::from_secs(5), second)
+        .await
+        .expect("the waiting task was not woken")
+        .unwrap();
+    assert!(got.unwrap().is_allowed());
+    assert_eq!(leased.stats_at(now).redis_calls, 2);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_server_times_out_then_answers_again() {
     let server = RedisServer::start();
