@@ -6,12 +6,14 @@
 # server's system calls over the window (`perf stat` on the syscalls tracepoints; no slowdown
 # worth counting, unlike strace). Prints one line per run and, per measure, the median and range
 # of the per-pair ratios B / A. ROW defaults to tollgate_lease; PAIRS (default 8), STREAMS (64),
-# WARMUP (1s), DURATION (5s), OUT (default: a temporary directory; keeps each run's JSON).
+# WARMUP (1s), DURATION (5s), OUT (default: a temporary directory; keeps each run's JSON);
+# B_CONFIG: a config file for B's runs instead of the row's (A and B may then be one binary).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 a_bin=$(realpath "$1") b_bin=$(realpath "$2") row=${3:-tollgate_lease}
 pairs=${PAIRS:-8} streams=${STREAMS:-64} warmup=${WARMUP:-1s} duration=${DURATION:-5s}
 out=${OUT:-$(mktemp -d)}
+b_config=$(realpath "${B_CONFIG:-results/fleet/$row.toml}")
 mkdir -p "$out"
 load_bin=target/release/rls-load
 [ -x "$load_bin" ] || cargo build --release -p tollgate-lab --bin rls-load --locked
@@ -21,15 +23,16 @@ free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0)
 
 echo "# $(date -u +%FT%TZ) nproc $(nproc), $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# A $a_bin ($(sha256sum "$a_bin" | cut -c1-12)), B $b_bin ($(sha256sum "$b_bin" | cut -c1-12)), row $row, $pairs pairs, $streams streams, $warmup + $duration"
+[ -n "${B_CONFIG:-}" ] && echo "# B's config: $B_CONFIG: $(grep -E '^lease|^mode' "$b_config" | tr '\n' ' ')"
 echo "# run bin calls/s server_us/call p50_us p99_us p999_us $(echo $syscalls | tr , ' ') (system calls per call)"
 
-one() { # one run: $1 = label, $2 = binary, $3 = run number
+one() { # one run: $1 = label, $2 = binary, $3 = run number, $4 = config (with its Redis URL to fill)
   local port redis_pid server_pid grpc config=$out/$3.toml
   port=$(free_port)
   redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no >"$out/$3.redis.log" 2>&1 &
   redis_pid=$!
   for _ in $(seq 50); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
-  sed "s#REDIS_URL_PLACEHOLDER#redis://127.0.0.1:$port/#" "results/fleet/$row.toml" >"$config"
+  sed "s#REDIS_URL_PLACEHOLDER#redis://127.0.0.1:$port/#" "$4" >"$config"
   "$2" --config "$config" --workers 1 >"$out/$3.server.out" 2>"$out/$3.server.log" &
   server_pid=$!
   for _ in $(seq 100); do
@@ -65,8 +68,8 @@ lines=$out/lines.txt
 for p in $(seq "$pairs"); do
   if [ $((p % 2)) = 1 ]; then order="A B"; else order="B A"; fi
   for x in $order; do
-    if [ "$x" = A ]; then bin=$a_bin; else bin=$b_bin; fi
-    echo "$p $(one "$x" "$bin" "$p$x")" | tee -a "$lines"
+    if [ "$x" = A ]; then bin=$a_bin conf=results/fleet/$row.toml; else bin=$b_bin conf=$b_config; fi
+    echo "$p $(one "$x" "$bin" "$p$x" "$conf")" | tee -a "$lines"
   done
 done
 python3 - "$lines" <<'EOF'
