@@ -1,12 +1,13 @@
 //! Local leases of a shared GCRA bucket: most decisions never leave the process.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, RandomState};
+use std::hash::BuildHasher;
 use std::pin::pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
+use foldhash::quality::RandomState;
 use redis::aio::{ConnectionLike, ConnectionManager};
 use tokio::sync::Notify;
 use tollgate_core::{CheckError, Clock, Decision, MonotonicClock, Nanos, Quota, QuotaError};
@@ -275,7 +276,7 @@ enum Route {
     Untracked,
 }
 
-type Table = HashMap<Box<str>, Arc<Slot>>;
+type Table = HashMap<Box<str>, Arc<Slot>, RandomState>;
 
 /// Key-table shards (a power of two).
 const SHARDS: usize = 16;
@@ -342,7 +343,7 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
             params,
             lease_ttl,
             shards: (0..SHARDS).map(|_| CachePadded::default()).collect(),
-            hasher: RandomState::new(),
+            hasher: RandomState::default(),
             faults: Faults::default(),
             untracked: Mutex::default(),
         })
