@@ -27,7 +27,7 @@ pub(crate) async fn decide_async<S: AsyncStore>(
     }
     match error {
         Some(error) => Err(error),
-        None => Ok(conclude_async(set, store, &values, &tally)),
+        None => Ok(conclude_async(set, store, &tally)),
     }
 }
 
@@ -58,9 +58,9 @@ pub(crate) async fn decide_all_async<S: AsyncStore>(
     }
     passes
         .into_iter()
-        .map(|(values, tally, error, _)| match error {
+        .map(|(_, tally, error, _)| match error {
             Some(error) => Err(error),
-            None => Ok(conclude_async(set, store, &values, &tally)),
+            None => Ok(conclude_async(set, store, &tally)),
         })
         .collect()
 }
@@ -90,8 +90,7 @@ where
     Some(
         tallies
             .iter()
-            .zip(&values)
-            .map(|(tally, v)| Ok(conclude_async(set, store, v, tally)))
+            .map(|tally| Ok(conclude_async(set, store, tally)))
             .collect(),
     )
 }
@@ -247,18 +246,13 @@ pub(crate) fn rule_key_of<'a>(
     })
 }
 
-/// [`conclude`] for a store behind a round trip: `t` from the admission alone.
-fn conclude_async<S: AsyncStore>(
-    set: &RuleSet,
-    store: &S,
-    values: &[Option<&str>],
-    tally: &Tally<S::Receipt>,
-) -> Decided {
+/// [`conclude`] for a store behind a round trip: `t` from the admission alone (the deciding
+/// rule's limiter found by the quota the tally kept: no key built again).
+fn conclude_async<S: AsyncStore>(set: &RuleSet, store: &S, tally: &Tally<S::Receipt>) -> Decided {
     let finished = tally.finish();
     let next = match finished {
-        (Some((i, _)), decision @ Decision::Allowed { .. }, _) => {
-            let mut buf = KeyBuf::new();
-            rule_key(set, i, values, &mut buf).and_then(|at| store.next_unit(&at, &decision))
+        (Some((i, quota)), decision @ Decision::Allowed { .. }, _) => {
+            store.next_unit(i, &quota, &decision)
         }
         _ => None,
     };

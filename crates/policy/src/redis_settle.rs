@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use smallvec::SmallVec;
-use tollgate_core::{CheckError, Decision, Nanos};
+use tollgate_core::{CheckError, Decision, Nanos, Quota};
 use tollgate_redis::{Error, FaultPolicy, SettleKey, SettleOp};
 
 use crate::charge::Charged;
@@ -236,8 +236,8 @@ impl AsyncStore for Reserving<'_> {
         self.store.refund(at, now, cost, receipt).await;
     }
 
-    fn next_unit(&self, at: &RuleKey<'_>, decision: &Decision) -> Option<Duration> {
-        self.store.next_unit(at, decision)
+    fn next_unit(&self, index: usize, quota: &Quota, decision: &Decision) -> Option<Duration> {
+        self.store.next_unit(index, quota, decision)
     }
 
     fn batches(&self) -> bool {
@@ -522,7 +522,7 @@ async fn give_back(
     let mut sent: Vec<Sent<'_, '_>> = Vec::with_capacity(targets.len());
     for target in targets {
         if let Limiter::Lease(lease) = &target.limiter.limiter {
-            let key = RedisStore::key(&target.at);
+            let key = RedisStore::key_name(&target.at);
             // At most what the live lease admitted comes back; nothing once it has expired.
             match now {
                 Some(now) => lease.refund_at(&key, now, surplus),

@@ -6,6 +6,7 @@
 //! `LeasedLimiter` (local leases of a shared GCRA bucket) in lease mode. Per request, a request's
 //! rules are one `RedisBatch` script.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -205,6 +206,16 @@ fn label(algorithm: AlgorithmKind) -> &'static str {
     }
 }
 
+/// A key's bytes as text: borrowed when they are UTF-8, as a single key's value is unless a caller
+/// gave bytes that are not (then with replacement characters, in a copy). `from_utf8` first: on
+/// valid bytes it is about half the work of `from_utf8_lossy`.
+fn text(bytes: &[u8]) -> Cow<'_, str> {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => Cow::Borrowed(text),
+        Err(_) => String::from_utf8_lossy(bytes),
+    }
+}
+
 /// `bytes` in lowercase hex, appended to `out`.
 fn push_hex(out: &mut String, bytes: &[u8]) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
@@ -358,19 +369,31 @@ impl RedisStore {
     }
 
     pub(crate) fn limiter(&self, at: &RuleKey<'_>) -> Option<&QuotaLimiter> {
-        self.rules[at.index]
+        self.limiter_for(at.index, &at.quota)
+    }
+
+    /// Rule `index`'s limiter for `quota` (its own, or an override's).
+    fn limiter_for(&self, index: usize, quota: &Quota) -> Option<&QuotaLimiter> {
+        self.rules[index]
             .by_quota
             .iter()
-            .find(|(q, _)| *q == at.quota)
+            .find(|(q, _)| q == quota)
             .map(|(_, l)| &**l)
     }
 
-    pub(crate) fn key(at: &RuleKey<'_>) -> String {
-        Self::key_after("", at)
+    /// The name of `at`'s key, as its limiter (per-rule scripts, leases) knows it: a key of one
+    /// value with no hash tag is that value's text, borrowed (no allocation, which a decision on
+    /// the leases would otherwise pay per rule); any other is built as [`key_after`](Self::key_after)
+    /// builds it.
+    pub(crate) fn key_name<'k>(at: &RuleKey<'k>) -> Cow<'k, str> {
+        if at.tag.is_none() && !at.composite {
+            return text(at.key);
+        }
+        Cow::Owned(Self::key_after("", at))
     }
 
-    /// `prefix` then [`key`](Self::key), built in one string (a batch's key names: the rule's
-    /// relative prefix, then the key).
+    /// `prefix` then the [key's name](Self::key_name), built in one string (a batch's key names:
+    /// the rule's relative prefix, then the key).
     pub(crate) fn key_after(prefix: &str, at: &RuleKey<'_>) -> String {
         let tag_len = at.tag.map_or(0, |tag| 3 + 2 * tag.len());
         let mut out = String::with_capacity(prefix.len() + tag_len + 2 * at.key.len());
@@ -384,7 +407,7 @@ impl RedisStore {
         if at.composite {
             push_hex(&mut out, at.key);
         } else {
-            out.push_str(&String::from_utf8_lossy(at.key));
+            out.push_str(&text(at.key));
         }
         out
     }
@@ -445,7 +468,7 @@ impl AsyncStore for RedisStore {
         let Some(limiter) = self.limiter(at) else {
             return Ok(None);
         };
-        let result = limiter.check(&Self::key(at), now, cost).await;
+        let result = limiter.check(&Self::key_name(at), now, cost).await;
         self.settle(at, result).map(|d| d.map(|d| (d, ())))
     }
 
@@ -458,7 +481,7 @@ impl AsyncStore for RedisStore {
         let Some(limiter) = self.limiter(at) else {
             return Ok(None);
         };
-        match limiter.peek(&Self::key(at), now, cost).await {
+        match limiter.peek(&Self::key_name(at), now, cost).await {
             Some(result) => self.settle(at, result),
             None => Ok(None),
         }
@@ -466,15 +489,16 @@ impl AsyncStore for RedisStore {
 
     async fn refund(&self, at: &RuleKey<'_>, now: Option<Nanos>, cost: u64, _: ()) {
         if let Some(limiter) = self.limiter(at) {
-            if let Err(error) = limiter.refund(&Self::key(at), now, cost).await {
+            if let Err(error) = limiter.refund(&Self::key_name(at), now, cost).await {
                 // The units stay spent: stricter, never looser.
                 let _ = self.fault(at, &error);
             }
         }
     }
 
-    fn next_unit(&self, at: &RuleKey<'_>, decision: &Decision) -> Option<Duration> {
-        self.limiter(at).and_then(|l| l.next_unit(decision))
+    fn next_unit(&self, index: usize, quota: &Quota, decision: &Decision) -> Option<Duration> {
+        self.limiter_for(index, quota)
+            .and_then(|l| l.next_unit(decision))
     }
 
     fn batches(&self) -> bool {

@@ -107,8 +107,9 @@ pub(crate) trait AsyncStore: Sync {
         cost: u64,
         receipt: Self::Receipt,
     ) -> impl Future<Output = ()> + Send;
-    /// As [`Store::next_unit`], from the admission alone (no round trip).
-    fn next_unit(&self, at: &RuleKey<'_>, decision: &Decision) -> Option<Duration>;
+    /// As [`Store::next_unit`], from the admission alone (no round trip): rule `index`'s limiter
+    /// for `quota` (the key's, as the tally kept it), so no key is built again.
+    fn next_unit(&self, index: usize, quota: &Quota, decision: &Decision) -> Option<Duration>;
 
     /// Whether [`check_batch`](Self::check_batch) can answer at all: `false` (lease mode) lets the
     /// engine skip building a batch (every rule's key, copied) that the store would refuse.
