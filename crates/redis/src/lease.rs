@@ -580,14 +580,25 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
                 capacity: burst,
             }));
         }
-        let slot = match self.route(key, now, cost) {
-            Route::Local(decision) => return Ok(decision),
-            Route::Slot(slot) => slot,
-            Route::Untracked => return self.run_untracked(key, at, cost).await,
-        };
-        // Slow path: one lease call per key at a time in this instance; the other tasks that need
-        // it wait for its end, then decide from what it brought.
-        let mut now = now;
+        // The paths that may wait on Redis are boxed: their futures hold the script call's, about
+        // a kilobyte, which every local decision's future would otherwise carry and move.
+        match self.route(key, now, cost) {
+            Route::Local(decision) => Ok(decision),
+            Route::Slot(slot) => Box::pin(self.lease_call(key, at, cost, now, &slot)).await,
+            Route::Untracked => Box::pin(self.run_untracked(key, at, cost)).await,
+        }
+    }
+
+    /// The slow path of [`run`](Self::run): one lease call per key at a time in this instance;
+    /// the other tasks that need it wait for its end, then decide from what it brought.
+    async fn lease_call(
+        &self,
+        key: &str,
+        at: Option<Nanos>,
+        cost: u64,
+        mut now: Nanos,
+        slot: &Slot,
+    ) -> Result<Decision, Error> {
         let mut refill = loop {
             let refilled = slot.refilled.notified();
             let mut refilled = pin!(refilled);
@@ -604,10 +615,7 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
                     // lease; they leave the pool while the call is in flight so no other task can
                     // spend them twice.
                     let leftover = std::mem::take(&mut local.tokens);
-                    break Refill {
-                        slot: &slot,
-                        leftover,
-                    };
+                    break Refill { slot, leftover };
                 }
                 // Registered before the lock is released: the call's end cannot slip between.
                 refilled.as_mut().enable();
