@@ -519,14 +519,7 @@ async fn coalesced_requests_on_a_stalled_server_time_out_by_their_own_deadline()
         .try_peek(&[BatchKey::enforcing("warm", &limit)], 1)
         .await
         .unwrap();
-    let mut other = raw(&server).await;
-    let _: () = redis::cmd("CLIENT")
-        .arg("PAUSE")
-        .arg(5_000)
-        .arg("ALL")
-        .query_async(&mut other)
-        .await
-        .unwrap();
+    server.pause_clients(5_000);
     let spawn = |i: usize| {
         let (batch, limit) = (batch.clone(), limit.clone());
         tokio::spawn(async move {

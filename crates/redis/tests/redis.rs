@@ -758,17 +758,6 @@ async fn lease_leftovers_carry_into_the_next_lease_for_larger_costs() {
     assert!(check(0).await.unwrap().is_allowed());
 }
 
-/// Holds every client's commands on `server` for `ms` (the reply to this one comes at once).
-async fn pause(server: &RedisServer, ms: u64) {
-    let _: () = redis::cmd("CLIENT")
-        .arg("PAUSE")
-        .arg(ms)
-        .arg("ALL")
-        .query_async(&mut raw(server).await)
-        .await
-        .unwrap();
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_call_cancelled_puts_its_leftover_back() {
     let server = RedisServer::start();
@@ -776,7 +765,7 @@ async fn a_lease_call_cancelled_puts_its_leftover_back() {
     let leased = leased_limiter(&server, quota, lease(4, Duration::from_secs(10)));
     let now: Nanos = EPOCH_US * 1000;
     assert_eq!(admitted(3, || leased.try_check_at("k", now, 1)).await, 3); // 1 unit left
-    pause(&server, 1_000).await;
+    server.pause_clients(1_000);
     // Cost 2: the unit left travels with the request into a lease call that stalls; the caller
     // gives up on it (a cancelled request, a dropped future).
     let cancelled =
@@ -801,7 +790,7 @@ async fn tasks_waiting_on_a_lease_call_take_over_when_it_is_cancelled() {
         lease(4, Duration::from_secs(10)),
     ));
     let now: Nanos = EPOCH_US * 1000;
-    pause(&server, 300).await;
+    server.pause_clients(300);
     let check = |leased: &Arc<LeasedLimiter>| {
         let leased = Arc::clone(leased);
         tokio::spawn(async move { leased.try_check_at("k", now, 1).await })
@@ -833,16 +822,9 @@ async fn a_stalled_server_times_out_then_answers_again() {
     let limiter =
         RedisLimiter::gcra(manager(&server, &cfg), Quota::per_second(100).unwrap(), cfg).unwrap();
     assert!(limiter.try_check("k", 1).await.unwrap().is_allowed());
-    // Stall every client's commands for 500 ms (the reply comes at once; the pause then holds).
-    let mut other = raw(&server).await;
+    // Stall every client's commands for 500 ms.
     let t0 = std::time::Instant::now();
-    let _: () = redis::cmd("CLIENT")
-        .arg("PAUSE")
-        .arg(500)
-        .arg("ALL")
-        .query_async(&mut other)
-        .await
-        .unwrap();
+    server.pause_clients(500);
     let got = limiter.try_check("k", 1).await;
     assert!(
         matches!(got, Err(Error::Timeout(d)) if d == Duration::from_millis(100)),

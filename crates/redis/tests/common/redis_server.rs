@@ -102,6 +102,13 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}/", self.port)
     }
 
+    /// Holds every client's commands for `ms` (`CLIENT PAUSE ms ALL`; its own reply comes at
+    /// once): a stalled server.
+    pub fn pause_clients(&self, ms: u64) {
+        let reply = command(self.port, &["CLIENT", "PAUSE", &ms.to_string(), "ALL"]);
+        assert_eq!(reply, "OK", "CLIENT PAUSE");
+    }
+
     /// Kills the server (its data is gone: persistence is off).
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
