@@ -16,7 +16,8 @@ funcs=${FUNCS:-'pass_async::\{\{closure\}\} \[|LeasedLimiter<C,K>::run::\{\{clos
 out=${OUT:-$(mktemp -d)}
 load_bin=target/release/rls-load
 [ -x "$load_bin" ] || cargo build --release -p tollgate-lab --bin rls-load --locked
-port=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
+source results/fleet/common.sh
+port=$(free_port)
 redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no >"$out/redis.log" 2>&1 &
 redis_pid=$!
 for _ in $(seq 50); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
@@ -32,9 +33,7 @@ for _ in $(seq 300); do
 done
 load() {
   "$load_bin" --target "http://$grpc" --domain edge --streams 64 --channels 2 --threads 1 \
-    --client h2 --keys 100 --descriptor-set 'remote_address=10.0.0.{key}' \
-    --descriptor-set 'remote_address=10.0.0.{key},path=/api/items' \
-    --descriptor-set 'generic_key=global' --warmup 0s --duration "$1" --json "$out/load.json" \
+    --client h2 --keys 100 "${descriptors[@]}" --warmup 0s --duration "$1" --json "$out/load.json" \
     >/dev/null 2>&1
 }
 load 3s

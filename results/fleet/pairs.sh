@@ -19,7 +19,7 @@ load_bin=target/release/rls-load
 [ -x "$load_bin" ] || cargo build --release -p tollgate-lab --bin rls-load --locked
 syscalls=writev,write,recvfrom,epoll_wait
 events=$(echo "$syscalls" | sed 's/\([a-z_]*\)/syscalls:sys_enter_\1/g')
-free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+source results/fleet/common.sh
 
 echo "# $(date -u +%FT%TZ) nproc $(nproc), $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# A $a_bin ($(sha256sum "$a_bin" | cut -c1-12)), B $b_bin ($(sha256sum "$b_bin" | cut -c1-12)), row $row, $pairs pairs, $streams streams, $warmup + $duration"
@@ -41,9 +41,7 @@ one() { # one run: $1 = label, $2 = binary, $3 = run number, $4 = config (with i
     sleep 0.1
   done
   "$load_bin" --target "http://$grpc" --domain edge --streams "$streams" --channels 2 --threads 1 \
-    --client h2 --keys 100 --descriptor-set 'remote_address=10.0.0.{key}' \
-    --descriptor-set 'remote_address=10.0.0.{key},path=/api/items' \
-    --descriptor-set 'generic_key=global' --server-pid "$server_pid" \
+    --client h2 --keys 100 "${descriptors[@]}" --server-pid "$server_pid" \
     --warmup "$warmup" --duration "$duration" --json "$out/$3.json" >/dev/null 2>&1 &
   local load_pid=$!
   sleep "${warmup%s}"

@@ -63,13 +63,8 @@ esac
 
 mkdir -p "$OUT"
 
-# Each call's three descriptors (rls-load --descriptor-set, in this order); tollgate_*.toml and
-# limitador.yaml count one limit on each.
-descriptors=(
-  --descriptor-set 'remote_address=10.0.0.{key}'
-  --descriptor-set 'remote_address=10.0.0.{key},path=/api/items'
-  --descriptor-set 'generic_key=global'
-)
+# The calls' descriptors and free_port, as pairs.sh and instructions.sh use them.
+source "$here/common.sh"
 
 CARGO_INCREMENTAL=0 nice -n 19 cargo build --release -p tollgate-server -p tollgate-lab \
   --bin tollgate-server --bin rls-load --locked
@@ -78,10 +73,6 @@ load_bin=target/release/rls-load
 
 lock() {
   if [ -e /work/bench.lock ]; then flock /work/bench.lock "$@"; else "$@"; fi
-}
-
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
 
 # Whether something accepts TCP connections on 127.0.0.1:$1.
