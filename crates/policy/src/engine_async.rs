@@ -39,8 +39,11 @@ pub(crate) async fn decide_all_async<S: AsyncStore>(
     dry: bool,
     now: Option<Nanos>,
 ) -> Vec<Result<Decided, PolicyError>> {
-    if let Some(decided) = decide_all_batch(set, store, requests, dry, now).await {
-        return decided;
+    // Boxed, as in `pass_async`.
+    if store.batches() {
+        if let Some(decided) = Box::pin(decide_all_batch(set, store, requests, dry, now)).await {
+            return decided;
+        }
     }
     let mut passes = Vec::with_capacity(requests.len());
     for &(descriptors, cost) in requests {
@@ -177,8 +180,12 @@ async fn pass_async<S: AsyncStore>(
     now: Option<Nanos>,
     cost: u64,
 ) -> (Tally<S::Receipt>, Option<PolicyError>) {
-    if let Some(passed) = pass_batch(set, store, values, dry, now, cost).await {
-        return passed;
+    // Boxed: a batch is a round trip, and its future (keys, script call) is most of this one's
+    // size, which a rule-by-rule pass on local leases would otherwise carry and move.
+    if store.batches() {
+        if let Some(passed) = Box::pin(pass_batch(set, store, values, dry, now, cost)).await {
+            return passed;
+        }
     }
     let mut tally: Tally<S::Receipt> = Tally::new();
     for i in 0..set.rules.len() {

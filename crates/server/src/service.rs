@@ -111,7 +111,8 @@ impl LiveDomains {
             Arc::clone(dom)
         };
         if charges {
-            return Ok(charging(domain, &dom, descriptors).await);
+            // Boxed: a call with charges is rare, and its future would otherwise size every call's.
+            return Ok(Box::pin(charging(domain, &dom, descriptors)).await);
         }
         Ok(on_redis(&dom, descriptors).await)
     }
