@@ -14,6 +14,7 @@ cd "$(dirname "$0")/../.."
 bin=$(realpath "$1") row=$2 config=${3:-results/fleet/$2.toml}
 funcs=${FUNCS:-'pass_async::\{\{closure\}\} \[|LeasedLimiter<C,K>::run::\{\{closure\}\} \[|conclude_async \[|key_after \[|key_name \['}
 out=${OUT:-$(mktemp -d)}
+mkdir -p "$out"
 load_bin=target/release/rls-load
 [ -x "$load_bin" ] || cargo build --release -p tollgate-lab --bin rls-load --locked
 source results/fleet/common.sh
