@@ -15,7 +15,7 @@ use crate::config::RedisConfig;
 use crate::durable::{Durability, GroupWait};
 use crate::encoding::RedisEncoding;
 use crate::error::Error;
-use crate::function::BatchCall;
+use crate::function::LibraryCall;
 use crate::limiter::RedisLimiter;
 use crate::params::ScriptParams;
 use crate::scripts::{self, Reply};
@@ -265,7 +265,7 @@ pub struct RedisBatch<C = ConnectionManager> {
     /// Split a request across slot groups ([`with_slot_groups`](Self::with_slot_groups)).
     pub(crate) split: bool,
     /// `FCALL` or `EVALSHA` (shared by the clones).
-    pub(crate) via: Arc<BatchCall>,
+    pub(crate) via: Arc<LibraryCall>,
     /// Concurrent requests sent as one call ([`with_coalescing`](Self::with_coalescing); shared by
     /// the clones).
     coalesce: Option<Arc<dyn Coalesce>>,

@@ -28,7 +28,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::durable::{Durability, GroupWait, SharedWait};
-use crate::function::{BATCH_LIBRARY, BatchCall, Fallback, by_function};
+use crate::function::{BATCH_LIBRARY, Fallback, LibraryCall, by_function};
 
 /// At most this many group calls of one batch in flight: one being run by Redis while the next
 /// is on its way (the requests that arrive meanwhile wait for the next).
@@ -84,7 +84,7 @@ pub(crate) trait Coalesce: fmt::Debug + Send + Sync {
 /// The queue of one batch's requests and the calls that carry them.
 pub(crate) struct Coalescer<C> {
     conn: C,
-    via: Arc<BatchCall>,
+    via: Arc<LibraryCall>,
     timeout: Duration,
     queue: Mutex<Queue>,
 }
@@ -112,7 +112,7 @@ impl<C> fmt::Debug for Coalescer<C> {
 
 impl<C> Coalescer<C> {
     /// Group calls over `conn`, by `via`'s function (never its script), each bounded by `timeout`.
-    pub(crate) fn new(conn: C, via: Arc<BatchCall>, timeout: Duration) -> Self {
+    pub(crate) fn new(conn: C, via: Arc<LibraryCall>, timeout: Duration) -> Self {
         Coalescer {
             conn,
             via,

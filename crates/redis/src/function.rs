@@ -1,24 +1,27 @@
-//! The batch script as a Redis function (Redis 7 and later): its library is loaded once per server
-//! (`FUNCTION LOAD`), then each request is one `FCALL`, which runs the already defined `batch`
-//! (batch.lua) instead of running the whole script again to define its functions, as each
-//! `EVALSHA` does. Where functions are not there to use (Redis before 7, an ACL or a renamed
-//! command that refuses `FCALL` or `FUNCTION LOAD`), the batch falls back to the script
-//! ([`BATCH`], by `EVALSHA`) for good; a call refused for memory (`OOM`: a function that may write
-//! is refused before it runs, where the script is refused only at its first write), or on a
-//! read-only replica (`READONLY`, likewise), goes by the script once. Both run the same Lua on
-//! the same arguments and reply the same.
+//! The batch script and the lease script as Redis functions (Redis 7 and later): their library is
+//! loaded once per server (`FUNCTION LOAD`), then each request is one `FCALL`, which runs the
+//! already defined `batch` (batch.lua) or lease (lease.lua) instead of running the whole script
+//! again to define its functions, as each `EVALSHA` does (a lease call: about 126 k instructions
+//! of the redis-server's by `EVALSHA`, 77 k by `FCALL`). Where functions are not there to use
+//! (Redis before 7, an ACL or a renamed command that refuses `FCALL` or `FUNCTION LOAD`), calls
+//! fall back to the script ([`BATCH`], [`LEASE`], by `EVALSHA`) for good; a call refused for memory
+//! (`OOM`: a function that may write is refused before it runs, where the script is refused only
+//! at its first write), or on a read-only replica (`READONLY`, likewise), goes by the script once.
+//! Both run the same Lua on the same arguments and reply the same.
 
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use redis::aio::ConnectionLike;
-use redis::{FromRedisValue, RedisError, RedisResult};
+use redis::{FromRedisValue, RedisError, RedisResult, Script};
 
 use crate::scripts::BATCH;
+#[cfg(doc)]
+use crate::scripts::LEASE;
 
-/// The batch function's library: its name and function names carry the SHA-1 of its code (the
-/// first 16 hex digits), so that servers shared by several versions of this crate hold one library
-/// per version, each loaded with `REPLACE` without replacing another's.
+/// The function library: its name and function names carry the SHA-1 of its code (the first 16
+/// hex digits), so that servers shared by several versions of this crate hold one library per
+/// version, each loaded with `REPLACE` without replacing another's.
 #[derive(Debug)]
 pub(crate) struct Library {
     /// The function that decides a batch (`FCALL <function> <numkeys> <keys> <args>`, as the
@@ -26,44 +29,62 @@ pub(crate) struct Library {
     pub(crate) function: String,
     /// The function that decides several requests in one call (batch_many.lua).
     pub(crate) many: String,
+    /// The function that grants a lease ([`LEASE`]'s keys and arguments).
+    pub(crate) lease: String,
     /// The library's code, for `FUNCTION LOAD`.
     pub(crate) code: String,
 }
 
-/// The batch's library: the batch script's definitions (the same files), `KEYS` and `ARGV` made
-/// upvalues that the functions set on each call (a library has no such globals), and the functions.
+/// The library: the batch script's definitions (the same files, which include the lease's:
+/// tat.lua), the lease script's body as a function, `KEYS` and `ARGV` made upvalues that the
+/// functions set on each call (a library has no such globals), and the functions.
 pub(crate) static BATCH_LIBRARY: LazyLock<Library> = LazyLock::new(|| {
     let definitions = concat!(
         crate::scripts::batch_definitions!(),
         include_str!("lua/batch_many.lua")
     );
-    let version = redis::Script::new(definitions).get_hash()[..16].to_owned();
+    let lease_body = include_str!("lua/lease.lua");
+    let version = Script::new(concat!(
+        crate::scripts::batch_definitions!(),
+        include_str!("lua/batch_many.lua"),
+        include_str!("lua/lease.lua")
+    ))
+    .get_hash()[..16]
+        .to_owned();
     let name = format!("tollgate_{version}");
     let function = format!("tollgate_batch_{version}");
     let many = format!("tollgate_batch_many_{version}");
+    let lease = format!("tollgate_lease_{version}");
+    // The lease reads and writes straight to Redis: HELD (tat.lua) is reset, as `batch` resets
+    // it, in case a failed `batch_many` left it set.
     let code = format!(
         "#!lua name={name}\nlocal KEYS, ARGV\n{definitions}\
+         local function lease()\n{lease_body}\nend\n\
          redis.register_function('{function}', function(keys, args)\n  \
          KEYS, ARGV = keys, args\n  return batch()\nend)\n\
          redis.register_function('{many}', function(keys, args)\n  \
-         KEYS, ARGV = keys, args\n  return batch_many()\nend)\n"
+         KEYS, ARGV = keys, args\n  return batch_many()\nend)\n\
+         redis.register_function('{lease}', function(keys, args)\n  \
+         KEYS, ARGV = keys, args\n  HELD = nil\n  return lease()\nend)\n"
     );
     Library {
         function,
         many,
+        lease,
         code,
     }
 });
 
-/// How a [`RedisBatch`](crate::RedisBatch) and its clones send a batch: by `FCALL` until the server
-/// is found not to offer it, then by `EVALSHA`.
+/// How a caller and its clones reach the library's functions ([`RedisBatch`](crate::RedisBatch)
+/// a batch, [`LeasedLimiter`](crate::LeasedLimiter) a lease): by `FCALL` until the server is found
+/// not to offer it, then by `EVALSHA` of the same Lua as a script.
 #[derive(Debug, Default)]
-pub(crate) struct BatchCall {
+pub(crate) struct LibraryCall {
     /// Set once the server refused functions: every later call goes by the script.
     script_only: AtomicBool,
 }
 
-impl BatchCall {
+impl LibraryCall {
     /// From now on, calls go by the script only (the server refused functions).
     pub(crate) fn refused(&self) {
         // Relaxed: see script_only.
@@ -77,9 +98,8 @@ impl BatchCall {
         self.script_only.load(Ordering::Relaxed)
     }
 
-    /// Runs the batch on `keys` with `args` (as the script's `KEYS` and `ARGV`): `FCALL`, loading
-    /// the library when the server lacks it (a restart, `FUNCTION FLUSH`) and calling again; else,
-    /// or where functions are refused, the script by `EVALSHA` (loading it on `NOSCRIPT`).
+    /// Runs the batch on `keys` with `args` (as the script's `KEYS` and `ARGV`): see
+    /// [`invoke_function`](Self::invoke_function).
     pub(crate) async fn invoke<C, T>(
         &self,
         conn: &mut C,
@@ -90,21 +110,45 @@ impl BatchCall {
         C: ConnectionLike,
         T: FromRedisValue,
     {
+        self.invoke_function(conn, &BATCH_LIBRARY.function, &BATCH, keys, args)
+            .await
+    }
+
+    /// Runs `function` of the library on `keys` with `args` (as the script's `KEYS` and `ARGV`):
+    /// `FCALL`, loading the library when the server lacks it (a restart, `FUNCTION FLUSH`) and
+    /// calling again; else, or where functions are refused, `script` (the same Lua) by `EVALSHA`
+    /// (loading it on `NOSCRIPT`).
+    pub(crate) async fn invoke_function<C, K, T>(
+        &self,
+        conn: &mut C,
+        function: &str,
+        script: &Script,
+        keys: &[K],
+        args: &[&str],
+    ) -> RedisResult<T>
+    where
+        C: ConnectionLike,
+        K: AsRef<str>,
+        T: FromRedisValue,
+    {
         if !self.script_only() {
-            match by_function(conn, &BATCH_LIBRARY.function, keys, args).await {
+            match by_function(conn, function, keys, args).await {
                 Ok(reply) => return Ok(reply),
                 Err(Fallback::ForGood) => self.refused(),
                 Err(Fallback::Once) => {}
                 Err(Fallback::Error(e)) => return Err(e),
             }
         }
-        let mut call = BATCH.prepare_invoke();
-        call.key(keys).arg(args);
+        let mut call = script.prepare_invoke();
+        for key in keys {
+            call.key(key.as_ref());
+        }
+        call.arg(args);
         call.invoke_async(conn).await
     }
 }
 
-/// Why a batch did not go by its function.
+/// Why a call did not go by its function.
 pub(crate) enum Fallback {
     /// The server refuses functions, or this library: the script from now on.
     ForGood,
@@ -114,7 +158,7 @@ pub(crate) enum Fallback {
     Error(RedisError),
 }
 
-/// `function` of the batch's library by `FCALL`, the library loaded (`FUNCTION LOAD REPLACE`)
+/// `function` of the library by `FCALL`, the library loaded (`FUNCTION LOAD REPLACE`)
 /// where the server lacks it.
 pub(crate) async fn by_function<C, K, T>(
     conn: &mut C,

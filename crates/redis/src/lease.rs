@@ -17,6 +17,7 @@ use crate::config::RedisConfig;
 use crate::encoding::{TatUnits, gcra_quota};
 use crate::error::Error;
 use crate::faults::{FaultCounts, Faults};
+use crate::function::{BATCH_LIBRARY, LibraryCall};
 use crate::params::ScriptParams;
 use crate::scripts::{self, LEASE};
 
@@ -264,6 +265,9 @@ pub struct LeasedLimiter<C = ConnectionManager, K = MonotonicClock> {
     hasher: RandomState,
     faults: Faults,
     breaker: Breaker,
+    /// Whether lease calls go by the function library's `FCALL` or, where the server refuses
+    /// functions, by the script's `EVALSHA`.
+    via: LibraryCall,
     /// Totals of the decisions made without a slot (see [`LeaseStats::untracked`]).
     untracked: Mutex<LeaseStats>,
 }
@@ -345,6 +349,7 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
             shards: (0..SHARDS).map(|_| CachePadded::default()).collect(),
             hasher: RandomState::default(),
             faults: Faults::default(),
+            via: LibraryCall::default(),
             untracked: Mutex::default(),
         })
     }
@@ -533,6 +538,23 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
         Route::Slot(Arc::clone(table.entry(key.into()).or_default()))
     }
 
+    /// The lease script on `key` with `head` (time, min, max) and the quota's parameters: by the
+    /// library's function, or by the script where the server has no functions.
+    async fn lease_script(&self, key: &str, head: [&str; 3]) -> Result<scripts::Reply, Error> {
+        scripts::invoke_by_function(
+            &self.conn,
+            &self.breaker,
+            &self.config,
+            &self.via,
+            &BATCH_LIBRARY.lease,
+            &LEASE,
+            key,
+            head,
+            &self.params,
+        )
+        .await
+    }
+
     /// A decision without local state: one lease of exactly `cost` units, which is exactly a GCRA
     /// decision of cost `cost` by the shared bucket. Nothing is cached.
     async fn run_untracked(
@@ -547,16 +569,7 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
         let time = scripts::time_arg(&self.config, at);
         let cost_arg = cost.to_string();
         let head = [&*time, &*cost_arg, &*cost_arg];
-        let result = scripts::invoke(
-            &self.conn,
-            &self.breaker,
-            &self.config,
-            &LEASE,
-            key,
-            head,
-            &self.params,
-        )
-        .await;
+        let result = self.lease_script(key, head).await;
         let mut stats = self.untracked.lock().unwrap_or_else(|e| e.into_inner());
         stats.redis_calls += 1;
         stats.untracked += 1;
@@ -630,16 +643,7 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
         let max = self.lease.size.max(min).to_string();
         let min = min.to_string();
         let head = [&*time, &*min, &*max];
-        let result = scripts::invoke(
-            &self.conn,
-            &self.breaker,
-            &self.config,
-            &LEASE,
-            key,
-            head,
-            &self.params,
-        )
-        .await;
+        let result = self.lease_script(key, head).await;
         // Local expiries count from when the answer arrived, not from when we asked.
         let now = at.unwrap_or_else(|| self.clock.now());
         // The leftover goes back to the pool when `refill` drops (after `local`), unless spent.

@@ -9,6 +9,7 @@ use tollgate_core::{Decision, Nanos};
 use crate::breaker::{Admission, Breaker, Outcome};
 use crate::config::{RedisConfig, TimeSource};
 use crate::error::Error;
+use crate::function::LibraryCall;
 use crate::params::ScriptParams;
 
 /// Integers the scripts handle stay below 2^53 (exact in a Lua double). Parameters are held below
@@ -159,10 +160,48 @@ pub(crate) async fn invoke<C>(
 where
     C: redis::aio::ConnectionLike + Clone + Send,
 {
+    invoke_via(conn, breaker, config, None, script, key, head, params).await
+}
+
+/// [`invoke`], the script's Lua run by `function` of the library where the server offers
+/// functions (`via` remembers whether it does: see [`LibraryCall`]).
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn invoke_by_function<C>(
+    conn: &C,
+    breaker: &Breaker,
+    config: &RedisConfig,
+    via: &LibraryCall,
+    function: &str,
+    script: &Script,
+    key: &str,
+    head: [&str; 3],
+    params: &ScriptParams,
+) -> Result<Reply, Error>
+where
+    C: redis::aio::ConnectionLike + Clone + Send,
+{
+    let function = Some((via, function));
+    invoke_via(conn, breaker, config, function, script, key, head, params).await
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn invoke_via<C>(
+    conn: &C,
+    breaker: &Breaker,
+    config: &RedisConfig,
+    function: Option<(&LibraryCall, &str)>,
+    script: &Script,
+    key: &str,
+    head: [&str; 3],
+    params: &ScriptParams,
+) -> Result<Reply, Error>
+where
+    C: redis::aio::ConnectionLike + Clone + Send,
+{
     if breaker.admit() == Admission::Reject {
         return Err(Error::CircuitOpen);
     }
-    let result = call(conn, config, script, key, head, params).await;
+    let result = call(conn, config, function, script, key, head, params).await;
     breaker.record(match &result {
         Err(e) if e.is_outage() => Outcome::Failed,
         _ => Outcome::Answered,
@@ -173,6 +212,7 @@ where
 async fn call<C>(
     conn: &C,
     config: &RedisConfig,
+    function: Option<(&LibraryCall, &str)>,
     script: &Script,
     key: &str,
     head: [&str; 3],
@@ -182,14 +222,29 @@ where
     C: redis::aio::ConnectionLike + Clone + Send,
 {
     let mut conn = conn.clone();
-    let mut call = script.key(config.key(key));
-    for arg in head {
-        call.arg(arg);
-    }
-    for arg in params.args() {
-        call.arg(arg.as_str());
-    }
-    let reply: Vec<i64> = tokio::time::timeout(config.timeout(), call.invoke_async(&mut conn))
+    let name = config.key(key);
+    let sent = async {
+        match function {
+            Some((via, function)) => {
+                let mut args = Vec::with_capacity(head.len() + params.args().len());
+                args.extend(head);
+                args.extend(params.args().iter().map(String::as_str));
+                via.invoke_function(&mut conn, function, script, &[&name], &args)
+                    .await
+            }
+            None => {
+                let mut call = script.key(&name);
+                for arg in head {
+                    call.arg(arg);
+                }
+                for arg in params.args() {
+                    call.arg(arg.as_str());
+                }
+                call.invoke_async(&mut conn).await
+            }
+        }
+    };
+    let reply: Vec<i64> = tokio::time::timeout(config.timeout(), sent)
         .await
         .map_err(|_| Error::Timeout(config.timeout()))?
         .map_err(|e| classify(e, config, key))?;

@@ -354,19 +354,51 @@ async fn sliding_window_script_agrees_with_core_on_random_traces() {
 }
 
 /// A lease of `g` units is exactly a GCRA admission of cost `g`, for the largest `g <= k` that fits.
+/// Each lease call is one `FCALL` of the function library (its first call also loads it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lease_grants_match_core_gcra() {
     let server = RedisServer::start();
+    let calls = lease_traces(&server).await;
+    assert_eq!(command_calls(&server, "evalsha"), 0);
+    // Each call's FCALL, and the first one's answered "Function not found" before the load.
+    assert_eq!(command_calls(&server, "fcall"), calls + 1);
+    assert_eq!(command_calls(&server, "function|load"), 1);
+}
+
+/// As above, by the script (`EVALSHA`): a server without `FCALL`, as Redis before 7.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn by_the_script_lease_grants_match_core_gcra() {
+    let server = RedisServer::start_with(&["--rename-command", "FCALL", ""]);
+    let calls = lease_traces(&server).await;
+    // Each call's EVALSHA, and the first one's answered NOSCRIPT before the load.
+    assert_eq!(command_calls(&server, "evalsha"), calls + 1);
+    assert_eq!(command_calls(&server, "fcall"), 0);
+}
+
+/// [`lease_trace`] on two quotas; the lease calls made.
+async fn lease_traces(server: &RedisServer) -> u64 {
     let mut rng = StdRng::seed_from_u64(9);
     // A whole-µs interval, and one of 1 000 001 ns (followed in ns, unrounded).
     let odd = Quota::per(Duration::from_nanos(1_000_000_007), 1000).unwrap();
+    let mut calls = 0;
     for quota in [Quota::per_second(1000).unwrap(), odd] {
         let quota = quota.with_burst(50).unwrap();
-        lease_trace(&server, &mut rng, quota).await;
+        calls += lease_trace(server, &mut rng, quota).await;
     }
+    calls
 }
 
-async fn lease_trace(server: &RedisServer, rng: &mut StdRng, quota: Quota) {
+/// How many times the server ran `command` (`INFO commandstats`; a subcommand as `function|load`).
+fn command_calls(server: &RedisServer, command: &str) -> u64 {
+    common::info(server.port, "commandstats")
+        .lines()
+        .find_map(|line| line.strip_prefix(&format!("cmdstat_{command}:calls=")))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+/// The lease calls made.
+async fn lease_trace(server: &RedisServer, rng: &mut StdRng, quota: Quota) -> u64 {
     let gcra = Gcra::from_quota(quota).unwrap();
     // A 1 ns lease TTL: every call goes to Redis.
     let limiter = leased_limiter(server, quota, lease(7, Duration::from_nanos(1)));
@@ -411,6 +443,7 @@ async fn lease_trace(server: &RedisServer, rng: &mut StdRng, quota: Quota) {
             }
         }
     }
+    limiter.stats().redis_calls
 }
 
 /// 4 instances (own connections) of 8 tasks, 20 requests each, on one key at one frozen instant.
@@ -517,25 +550,37 @@ async fn scripts_reload_after_script_flush() {
     assert!(lease.try_check("l", 1).await.unwrap().is_allowed());
     assert_eq!(
         noscript_errors(&mut conn).await,
-        2,
-        "first calls load the two scripts"
+        1,
+        "the first GCRA call loads its script (a lease goes by the function library)"
     );
     let _: () = redis::cmd("SCRIPT")
         .arg("FLUSH")
         .query_async(&mut conn)
         .await
         .unwrap();
-    // EVALSHA now fails with NOSCRIPT; the limiters reload and answer.
+    // EVALSHA now fails with NOSCRIPT; the limiter reloads and answers.
     assert_eq!(gcra.try_check("k", 1).await.unwrap().remaining(), 8);
     assert!(lease.try_check("l2", 1).await.unwrap().is_allowed());
     assert_eq!(
         noscript_errors(&mut conn).await,
-        4,
+        2,
         "NOSCRIPT was seen and handled"
     );
     // And later calls go by SHA again without errors.
     assert_eq!(gcra.try_check("k", 1).await.unwrap().remaining(), 7);
-    assert_eq!(noscript_errors(&mut conn).await, 4);
+    assert_eq!(noscript_errors(&mut conn).await, 2);
+    // The function library gone, a lease call loads it again (once) and answers.
+    let loads = command_calls(&server, "function|load");
+    let _: () = redis::cmd("FUNCTION")
+        .arg("FLUSH")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(lease.try_check("l3", 1).await.unwrap().is_allowed());
+    assert!(lease.try_check("l4", 1).await.unwrap().is_allowed());
+    assert_eq!(command_calls(&server, "function|load"), loads + 1);
+    // The GCRA limiter's alone: three calls, the two that met NOSCRIPT sent again after the load.
+    assert_eq!(command_calls(&server, "evalsha"), 5);
 }
 
 /// How many NOSCRIPT errors the server has replied (`INFO errorstats`, Redis >= 6.2).
