@@ -20,6 +20,10 @@
 # Where the REV has batch_many.lua, also GROUP requests (each as above) coalesced into one FCALL
 # of batch_many, as coalesce.rs sends them: instructions per request (the call's / GROUP).
 #
+# And one lease call (lease.lua, the lease mode's: the first of the three keys, leases of up to 100
+# units) by its script's EVALSHA (`lease-evalsha`) and, where the REV's library has the lease
+# function, by FCALL (`lease-fcall`).
+#
 # Env: N (calls counted, default 2000, after 500 uncounted), SCENARIOS (default "expired live"),
 # GROUP (default 32).
 # Needs redis-server, redis-cli, redis-benchmark, valgrind (callgrind_control), python3.
@@ -83,7 +87,7 @@ measure() {
 # client address cycles over 100, here a random one of 100).
 KEYS='tollgate:edge:per_ip:gcra:10.0.0.__rand_int__ tollgate:edge:per_ip_path:gcra:0800000031302e302e302e__rand_int__0a0000002f6170692f6974656d73 tollgate:edge:global:gcra:'
 
-printf '%-12s %-8s %-8s %s\n' revision command scenario instructions/call
+printf '%-12s %-13s %-8s %s\n' revision command scenario instructions/call
 for rev in "${@:-worktree}"; do
   name=${rev//[^A-Za-z0-9]/_}
   definitions="$WORK/$name.definitions.lua"
@@ -106,6 +110,12 @@ for rev in "${@:-worktree}"; do
         source_file "$rev" lua/batch_many.lua
         printf "redis.register_function('tollgate_batch_many_%s', function(keys, args)\n" "$version"
         printf '  KEYS, ARGV = keys, args\n  return batch_many()\nend)\n'
+      fi
+      if source_file "$rev" function.rs | grep -q 'tollgate_lease_'; then
+        printf 'local function lease()\n'
+        source_file "$rev" lua/lease.lua
+        printf "\nend\nredis.register_function('tollgate_lease_%s', function(keys, args)\n" "$version"
+        printf '  KEYS, ARGV = keys, args\n  HELD = nil\n  return lease()\nend)\n'
       fi
     } >"$library"
   fi
@@ -137,12 +147,12 @@ for rev in "${@:-worktree}"; do
     # shellcheck disable=SC2086
     per_call=$(measure redis-cli -p @PORT@ -x script load -- \
       evalsha "$sha" 3 $KEYS "" "${args[@]}" <"$script")
-    printf '%-12s %-8s %-8s %s\n' "$rev" evalsha "$scenario" "$per_call"
+    printf '%-12s %-13s %-8s %s\n' "$rev" evalsha "$scenario" "$per_call"
     if [ -n "$library" ]; then
       # shellcheck disable=SC2086
       per_call=$(measure redis-cli -p @PORT@ -x function load replace -- \
         fcall "tollgate_batch_${sha:0:16}" 3 $KEYS "" "${args[@]}" <"$library")
-      printf '%-12s %-8s %-8s %s\n' "$rev" fcall "$scenario" "$per_call"
+      printf '%-12s %-13s %-8s %s\n' "$rev" fcall "$scenario" "$per_call"
       if grep -q "tollgate_batch_many_" "$library"; then
         # GROUP requests coalesced into one FCALL of batch_many (coalesce.rs), each with its own
         # three keys (random client addresses, the same global key) and arguments: per request.
@@ -160,8 +170,22 @@ for rev in "${@:-worktree}"; do
         per_call=$(measure redis-cli -p @PORT@ -x function load replace -- \
           fcall "tollgate_batch_many_${sha:0:16}" "${#group_keys[@]}" "${group_keys[@]}" \
           "${group_args[@]}" <"$library")
-        printf '%-12s %-8s %-8s %s\n' "$rev" "group$GROUP" "$scenario" "$((per_call / GROUP))"
+        printf '%-12s %-13s %-8s %s\n' "$rev" "group$GROUP" "$scenario" "$((per_call / GROUP))"
       fi
+    fi
+    lease_key=${KEYS%% *}
+    # shellcheck disable=SC2206
+    lease_args=("" 1 100 ${params[0]//,/ })
+    lease_script="$WORK/$name.lease.lua"
+    for f in prelude.lua tat.lua lease.lua; do source_file "$rev" "lua/$f"; done >"$lease_script"
+    lease_sha=$(sha1sum "$lease_script" | cut -c1-40)
+    per_call=$(measure redis-cli -p @PORT@ -x script load -- \
+      evalsha "$lease_sha" 1 "$lease_key" "${lease_args[@]}" <"$lease_script")
+    printf '%-12s %-13s %-8s %s\n' "$rev" lease-evalsha "$scenario" "$per_call"
+    if [ -n "$library" ] && grep -q "tollgate_lease_" "$library"; then
+      per_call=$(measure redis-cli -p @PORT@ -x function load replace -- \
+        fcall "tollgate_lease_${sha:0:16}" 1 "$lease_key" "${lease_args[@]}" <"$library")
+      printf '%-12s %-13s %-8s %s\n' "$rev" lease-fcall "$scenario" "$per_call"
     fi
   done
 done
