@@ -19,7 +19,7 @@ use crate::error::Error;
 use crate::faults::{FaultCounts, Faults};
 use crate::function::{BATCH_LIBRARY, LibraryCall};
 use crate::params::ScriptParams;
-use crate::scripts::{self, LEASE};
+use crate::scripts::{self, LEASE, Lua};
 
 /// Lease sizing: how many units one Redis call may take, and how long they may be spent locally.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -541,13 +541,16 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
     /// The lease script on `key` with `head` (time, min, max) and the quota's parameters: by the
     /// library's function, or by the script where the server has no functions.
     async fn lease_script(&self, key: &str, head: [&str; 3]) -> Result<scripts::Reply, Error> {
-        scripts::invoke_by_function(
+        let lua = Lua::Function {
+            via: &self.via,
+            name: &BATCH_LIBRARY.lease,
+            script: &LEASE,
+        };
+        scripts::invoke(
             &self.conn,
             &self.breaker,
             &self.config,
-            &self.via,
-            &BATCH_LIBRARY.lease,
-            &LEASE,
+            lua,
             key,
             head,
             &self.params,

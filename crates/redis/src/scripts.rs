@@ -145,52 +145,27 @@ impl Reply {
     }
 }
 
-/// Runs `script` on one key (EVALSHA, loading the script on NOSCRIPT) under the configured timeout,
-/// with arguments `head` (time, and two per script) then the algorithm's parameters; unless
-/// `breaker` is open, in which case [`Error::CircuitOpen`] comes back at once.
+/// The Lua a call runs: a script by `EVALSHA`, or a function of the library by `FCALL` with the
+/// same Lua as a script to fall back on (see [`LibraryCall`]).
+#[derive(Clone, Copy)]
+pub(crate) enum Lua<'a> {
+    Script(&'a Script),
+    Function {
+        via: &'a LibraryCall,
+        name: &'a str,
+        script: &'a Script,
+    },
+}
+
+/// Runs `lua` on one key (EVALSHA, loading the script on NOSCRIPT; or FCALL, loading the library
+/// when the server lacks it) under the configured timeout, with arguments `head` (time, and two
+/// per script) then the algorithm's parameters; unless `breaker` is open, in which case
+/// [`Error::CircuitOpen`] comes back at once.
 pub(crate) async fn invoke<C>(
     conn: &C,
     breaker: &Breaker,
     config: &RedisConfig,
-    script: &Script,
-    key: &str,
-    head: [&str; 3],
-    params: &ScriptParams,
-) -> Result<Reply, Error>
-where
-    C: redis::aio::ConnectionLike + Clone + Send,
-{
-    invoke_via(conn, breaker, config, None, script, key, head, params).await
-}
-
-/// [`invoke`], the script's Lua run by `function` of the library where the server offers
-/// functions (`via` remembers whether it does: see [`LibraryCall`]).
-#[allow(clippy::too_many_arguments)]
-pub(crate) async fn invoke_by_function<C>(
-    conn: &C,
-    breaker: &Breaker,
-    config: &RedisConfig,
-    via: &LibraryCall,
-    function: &str,
-    script: &Script,
-    key: &str,
-    head: [&str; 3],
-    params: &ScriptParams,
-) -> Result<Reply, Error>
-where
-    C: redis::aio::ConnectionLike + Clone + Send,
-{
-    let function = Some((via, function));
-    invoke_via(conn, breaker, config, function, script, key, head, params).await
-}
-
-#[allow(clippy::too_many_arguments)]
-async fn invoke_via<C>(
-    conn: &C,
-    breaker: &Breaker,
-    config: &RedisConfig,
-    function: Option<(&LibraryCall, &str)>,
-    script: &Script,
+    lua: Lua<'_>,
     key: &str,
     head: [&str; 3],
     params: &ScriptParams,
@@ -201,7 +176,7 @@ where
     if breaker.admit() == Admission::Reject {
         return Err(Error::CircuitOpen);
     }
-    let result = call(conn, config, function, script, key, head, params).await;
+    let result = call(conn, config, lua, key, head, params).await;
     breaker.record(match &result {
         Err(e) if e.is_outage() => Outcome::Failed,
         _ => Outcome::Answered,
@@ -212,8 +187,7 @@ where
 async fn call<C>(
     conn: &C,
     config: &RedisConfig,
-    function: Option<(&LibraryCall, &str)>,
-    script: &Script,
+    lua: Lua<'_>,
     key: &str,
     head: [&str; 3],
     params: &ScriptParams,
@@ -224,15 +198,19 @@ where
     let mut conn = conn.clone();
     let name = config.key(key);
     let sent = async {
-        match function {
-            Some((via, function)) => {
+        match lua {
+            Lua::Function {
+                via,
+                name: function,
+                script,
+            } => {
                 let mut args = Vec::with_capacity(head.len() + params.args().len());
                 args.extend(head);
                 args.extend(params.args().iter().map(String::as_str));
                 via.invoke_function(&mut conn, function, script, &[&name], &args)
                     .await
             }
-            None => {
+            Lua::Script(script) => {
                 let mut call = script.key(&name);
                 for arg in head {
                     call.arg(arg);

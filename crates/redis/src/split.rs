@@ -156,7 +156,7 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisBatch<C> {
                         &self.conn,
                         &self.breaker,
                         &self.config,
-                        k.limit.refund_script(),
+                        scripts::Lua::Script(k.limit.refund_script()),
                         k.key,
                         head,
                         k.limit.params(),
