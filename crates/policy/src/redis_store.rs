@@ -102,34 +102,21 @@ pub(crate) struct QuotaLimiter {
 }
 
 impl QuotaLimiter {
+    // The limiters that call their script for every decision are boxed: a round trip each, so the
+    // allocation is small beside it, and a lease's local decision (and every future that awaits
+    // this one) then does not carry and move their script calls' futures.
     async fn check(&self, key: &str, now: Option<Nanos>, cost: u64) -> Result<Decision, Error> {
         match (&self.limiter, now) {
             (Limiter::Lease(l), None) => l.try_check(key, cost).await,
             (Limiter::Lease(l), Some(now)) => l.try_check_at(key, now, cost).await,
-            // A round trip each: boxed, so that a lease's local decision (and every future that
-            // awaits this one) does not carry and move their script calls' futures.
-            _ => Box::pin(self.check_per_call(key, now, cost)).await,
-        }
-    }
-
-    /// [`check`](Self::check) of a limiter that calls its script for every decision.
-    async fn check_per_call(
-        &self,
-        key: &str,
-        now: Option<Nanos>,
-        cost: u64,
-    ) -> Result<Decision, Error> {
-        match (&self.limiter, now) {
-            (Limiter::Gcra(l), None) => l.try_check(key, cost).await,
-            (Limiter::Gcra(l), Some(now)) => l.try_check_at(key, now, cost).await,
-            (Limiter::Leaky(l), None) => l.try_check(key, cost).await,
-            (Limiter::Leaky(l), Some(now)) => l.try_check_at(key, now, cost).await,
-            (Limiter::Fixed(l), None) => l.try_check(key, cost).await,
-            (Limiter::Fixed(l), Some(now)) => l.try_check_at(key, now, cost).await,
-            (Limiter::Sliding(l), None) => l.try_check(key, cost).await,
-            (Limiter::Sliding(l), Some(now)) => l.try_check_at(key, now, cost).await,
-            (Limiter::Lease(l), None) => l.try_check(key, cost).await,
-            (Limiter::Lease(l), Some(now)) => l.try_check_at(key, now, cost).await,
+            (Limiter::Gcra(l), None) => Box::pin(l.try_check(key, cost)).await,
+            (Limiter::Gcra(l), Some(now)) => Box::pin(l.try_check_at(key, now, cost)).await,
+            (Limiter::Leaky(l), None) => Box::pin(l.try_check(key, cost)).await,
+            (Limiter::Leaky(l), Some(now)) => Box::pin(l.try_check_at(key, now, cost)).await,
+            (Limiter::Fixed(l), None) => Box::pin(l.try_check(key, cost)).await,
+            (Limiter::Fixed(l), Some(now)) => Box::pin(l.try_check_at(key, now, cost)).await,
+            (Limiter::Sliding(l), None) => Box::pin(l.try_check(key, cost)).await,
+            (Limiter::Sliding(l), Some(now)) => Box::pin(l.try_check_at(key, now, cost)).await,
         }
     }
 
@@ -141,59 +128,29 @@ impl QuotaLimiter {
         now: Option<Nanos>,
         cost: u64,
     ) -> Option<Result<Decision, Error>> {
-        if let Limiter::Lease(_) = self.limiter {
-            return None;
-        }
-        // Boxed: see `check`.
-        Box::pin(self.peek_per_call(key, now, cost)).await
-    }
-
-    /// [`peek`](Self::peek) of a limiter that calls its script for every decision.
-    async fn peek_per_call(
-        &self,
-        key: &str,
-        now: Option<Nanos>,
-        cost: u64,
-    ) -> Option<Result<Decision, Error>> {
         Some(match (&self.limiter, now) {
-            (Limiter::Gcra(l), None) => l.try_peek(key, cost).await,
-            (Limiter::Gcra(l), Some(now)) => l.try_peek_at(key, now, cost).await,
-            (Limiter::Leaky(l), None) => l.try_peek(key, cost).await,
-            (Limiter::Leaky(l), Some(now)) => l.try_peek_at(key, now, cost).await,
-            (Limiter::Fixed(l), None) => l.try_peek(key, cost).await,
-            (Limiter::Fixed(l), Some(now)) => l.try_peek_at(key, now, cost).await,
-            (Limiter::Sliding(l), None) => l.try_peek(key, cost).await,
-            (Limiter::Sliding(l), Some(now)) => l.try_peek_at(key, now, cost).await,
+            (Limiter::Gcra(l), None) => Box::pin(l.try_peek(key, cost)).await,
+            (Limiter::Gcra(l), Some(now)) => Box::pin(l.try_peek_at(key, now, cost)).await,
+            (Limiter::Leaky(l), None) => Box::pin(l.try_peek(key, cost)).await,
+            (Limiter::Leaky(l), Some(now)) => Box::pin(l.try_peek_at(key, now, cost)).await,
+            (Limiter::Fixed(l), None) => Box::pin(l.try_peek(key, cost)).await,
+            (Limiter::Fixed(l), Some(now)) => Box::pin(l.try_peek_at(key, now, cost)).await,
+            (Limiter::Sliding(l), None) => Box::pin(l.try_peek(key, cost)).await,
+            (Limiter::Sliding(l), Some(now)) => Box::pin(l.try_peek_at(key, now, cost)).await,
             (Limiter::Lease(_), _) => return None,
         })
     }
 
     async fn refund(&self, key: &str, now: Option<Nanos>, cost: u64) -> Result<(), Error> {
         match (&self.limiter, now) {
-            (Limiter::Lease(l), None) => {
-                l.refund(key, cost);
-                Ok(())
-            }
-            (Limiter::Lease(l), Some(now)) => {
-                l.refund_at(key, now, cost);
-                Ok(())
-            }
-            // Boxed: see `check`.
-            _ => Box::pin(self.refund_per_call(key, now, cost)).await,
-        }
-    }
-
-    /// [`refund`](Self::refund) of a limiter that calls its script for every refund.
-    async fn refund_per_call(&self, key: &str, now: Option<Nanos>, cost: u64) -> Result<(), Error> {
-        match (&self.limiter, now) {
-            (Limiter::Gcra(l), None) => l.try_refund(key, cost).await,
-            (Limiter::Gcra(l), Some(now)) => l.try_refund_at(key, now, cost).await,
-            (Limiter::Leaky(l), None) => l.try_refund(key, cost).await,
-            (Limiter::Leaky(l), Some(now)) => l.try_refund_at(key, now, cost).await,
-            (Limiter::Fixed(l), None) => l.try_refund(key, cost).await,
-            (Limiter::Fixed(l), Some(now)) => l.try_refund_at(key, now, cost).await,
-            (Limiter::Sliding(l), None) => l.try_refund(key, cost).await,
-            (Limiter::Sliding(l), Some(now)) => l.try_refund_at(key, now, cost).await,
+            (Limiter::Gcra(l), None) => Box::pin(l.try_refund(key, cost)).await,
+            (Limiter::Gcra(l), Some(now)) => Box::pin(l.try_refund_at(key, now, cost)).await,
+            (Limiter::Leaky(l), None) => Box::pin(l.try_refund(key, cost)).await,
+            (Limiter::Leaky(l), Some(now)) => Box::pin(l.try_refund_at(key, now, cost)).await,
+            (Limiter::Fixed(l), None) => Box::pin(l.try_refund(key, cost)).await,
+            (Limiter::Fixed(l), Some(now)) => Box::pin(l.try_refund_at(key, now, cost)).await,
+            (Limiter::Sliding(l), None) => Box::pin(l.try_refund(key, cost)).await,
+            (Limiter::Sliding(l), Some(now)) => Box::pin(l.try_refund_at(key, now, cost)).await,
             (Limiter::Lease(l), None) => {
                 l.refund(key, cost);
                 Ok(())
