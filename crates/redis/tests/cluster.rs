@@ -95,6 +95,10 @@ async fn every_algorithm_and_the_lease_mode_on_keys_over_all_slots() {
     }
 
     // The lease mode: 4 instances (own connections) on every key, leases of 2 from a quota of 7.
+    let (fcalls, evalshas) = (
+        cluster.command_calls("fcall"),
+        cluster.command_calls("evalsha"),
+    );
     let mut instances = Vec::new();
     for _ in 0..4 {
         let cfg = config("lease:");
@@ -147,6 +151,17 @@ async fn every_algorithm_and_the_lease_mode_on_keys_over_all_slots() {
     for (k, n) in &admitted {
         assert!((3..=7).contains(n), "lease {k}: {n}");
     }
+    // Each lease call went by FCALL to its key's master, none by EVALSHA; an instance's first
+    // calls to a master may find the library missing (answered "Function not found", then sent
+    // again after the load): one FCALL more per instance and master at most.
+    let calls: u64 = stats.iter().map(|s| s.redis_calls).sum();
+    let fcalls = cluster.command_calls("fcall") - fcalls;
+    let most = calls + 4 * 3;
+    assert!(
+        (calls..=most).contains(&fcalls),
+        "{fcalls} FCALLs, {calls} lease calls"
+    );
+    assert_eq!(cluster.command_calls("evalsha"), evalshas);
 
     // Hash tags: keys sharing `{tenant42}` share a slot, and still count apart.
     let cfg = config("ht:");

@@ -155,15 +155,18 @@ impl RedisCluster {
     /// Batch calls so far over every live node (`INFO commandstats`): `fcall` and `evalsha`, since
     /// a batch goes by FCALL on Redis 7 and later and by EVALSHA before.
     pub fn batch_calls(&self) -> u64 {
+        self.command_calls("evalsha") + self.command_calls("fcall")
+    }
+
+    /// How many times the live nodes ran `command` so far (`INFO commandstats`, lower case).
+    pub fn command_calls(&self, command: &str) -> u64 {
+        let prefix = format!("cmdstat_{command}:calls=");
         self.live_ports()
             .into_iter()
             .map(|port| {
                 super::info(port, "commandstats")
                     .lines()
-                    .filter_map(|l| {
-                        l.strip_prefix("cmdstat_evalsha:calls=")
-                            .or_else(|| l.strip_prefix("cmdstat_fcall:calls="))
-                    })
+                    .filter_map(|l| l.strip_prefix(prefix.as_str()))
                     .filter_map(|rest| rest.split(',').next())
                     .map(|n| n.parse::<u64>().unwrap())
                     .sum::<u64>()
