@@ -28,7 +28,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::durable::{Durability, GroupWait, SharedWait};
-use crate::function::{BATCH_LIBRARY, Fallback, LibraryCall, by_function};
+use crate::function::{BATCH_LIBRARY, Fallback, LibraryCall};
 
 /// At most this many group calls of one batch in flight: one being run by Redis while the next
 /// is on its way (the requests that arrive meanwhile wait for the next).
@@ -216,7 +216,12 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Coalescer<C> {
                     as Arc<dyn GroupWait>
             });
         let mut conn = self.conn.clone();
-        let call = by_function::<_, _, Vec<Vec<u8>>>(&mut conn, &BATCH_LIBRARY.many, &keys, &args);
+        let call = self.via.by_function::<_, _, Vec<Vec<u8>>>(
+            &mut conn,
+            &BATCH_LIBRARY.many,
+            &keys,
+            &args,
+        );
         let deadline = deadline.unwrap_or_else(|| Instant::now() + self.timeout);
         let reply = tokio::time::timeout_at(deadline, call).await;
         let failed = match reply {

@@ -10,7 +10,7 @@
 //! Both run the same Lua on the same arguments and reply the same.
 
 use std::sync::LazyLock;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use redis::aio::ConnectionLike;
 use redis::{FromRedisValue, RedisError, RedisResult, Script};
@@ -82,6 +82,13 @@ pub(crate) static BATCH_LIBRARY: LazyLock<Library> = LazyLock::new(|| {
 pub(crate) struct LibraryCall {
     /// Set once the server refused functions: every later call goes by the script.
     script_only: AtomicBool,
+    /// Held while one of this caller's calls loads the library: the calls that find it missing
+    /// meanwhile (every call in flight after a restart) wait, then call again, so a burst loads it
+    /// once (`FUNCTION LOAD` compiles the whole library: about 1 ms of the server's).
+    loading: tokio::sync::Mutex<()>,
+    /// Loads made under `loading`: a call that finds the library missing and then the count moved
+    /// calls again instead of loading it again.
+    loads: AtomicU64,
 }
 
 impl LibraryCall {
@@ -132,7 +139,7 @@ impl LibraryCall {
         T: FromRedisValue,
     {
         if !self.script_only() {
-            match by_function(conn, function, keys, args).await {
+            match self.by_function(conn, function, keys, args).await {
                 Ok(reply) => return Ok(reply),
                 Err(Fallback::ForGood) => self.refused(),
                 Err(Fallback::Once) => {}
@@ -158,62 +165,82 @@ pub(crate) enum Fallback {
     Error(RedisError),
 }
 
-/// `function` of the library by `FCALL`, the library loaded (`FUNCTION LOAD REPLACE`)
-/// where the server lacks it.
-pub(crate) async fn by_function<C, K, T>(
-    conn: &mut C,
-    function: &str,
-    keys: &[K],
-    args: &[&str],
-) -> Result<T, Fallback>
-where
-    C: ConnectionLike,
-    K: AsRef<str>,
-    T: FromRedisValue,
-{
-    let library = &*BATCH_LIBRARY;
-    // Sized up front: the command's buffers would otherwise grow (and copy) argument by argument.
-    let data = 16
-        + function.len()
-        + keys.iter().map(|k| k.as_ref().len()).sum::<usize>()
-        + args.iter().map(|a| a.len()).sum::<usize>();
-    let mut fcall = redis::Cmd::with_capacity(3 + keys.len() + args.len(), data);
-    fcall.arg("FCALL").arg(function).arg(keys.len());
-    for key in keys {
-        fcall.arg(key.as_ref());
-    }
-    fcall.arg(args);
-    let mut result = fcall.query_async(conn).await;
-    if result.as_ref().is_err_and(not_found) {
-        let load = redis::cmd("FUNCTION")
-            .arg("LOAD")
-            .arg("REPLACE")
-            .arg(&library.code)
-            .query_async::<String>(conn)
-            .await;
-        if let Err(e) = load {
-            return Err(match e.code() {
-                // Refused, or an error in the library (this server's Lua cannot load it).
-                Some("ERR" | "NOPERM") => Fallback::ForGood,
-                // Not now (LOADING, READONLY, TRYAGAIN and the like).
-                Some(_) => Fallback::Once,
-                None => Fallback::Error(e),
-            });
+impl LibraryCall {
+    /// `function` of the library by `FCALL`, the library loaded (`FUNCTION LOAD REPLACE`) where
+    /// the server lacks it, by one of this caller's calls at a time.
+    pub(crate) async fn by_function<C, K, T>(
+        &self,
+        conn: &mut C,
+        function: &str,
+        keys: &[K],
+        args: &[&str],
+    ) -> Result<T, Fallback>
+    where
+        C: ConnectionLike,
+        K: AsRef<str>,
+        T: FromRedisValue,
+    {
+        let library = &*BATCH_LIBRARY;
+        // Sized up front: the command's buffers would otherwise grow (and copy) argument by
+        // argument.
+        let data = 16
+            + function.len()
+            + keys.iter().map(|k| k.as_ref().len()).sum::<usize>()
+            + args.iter().map(|a| a.len()).sum::<usize>();
+        let mut fcall = redis::Cmd::with_capacity(3 + keys.len() + args.len(), data);
+        fcall.arg("FCALL").arg(function).arg(keys.len());
+        for key in keys {
+            fcall.arg(key.as_ref());
         }
-        result = fcall.query_async(conn).await;
-    }
-    result.map_err(|e| {
-        if refused(&e) {
-            Fallback::ForGood
-        } else if matches!(e.code(), Some("OOM" | "READONLY")) {
-            // Refused before it ran, for memory or on a read-only replica (a function that may
-            // write): the script may still decide (a peek or a denial writes nothing; an admission
-            // is refused at its first write, as before).
-            Fallback::Once
-        } else {
-            Fallback::Error(e)
+        fcall.arg(args);
+        // Relaxed, here and below: the count is written under `loading` and read again under it;
+        // this first read only tells whether a load came after it (a stale value costs one
+        // more FCALL).
+        let loads = self.loads.load(Ordering::Relaxed);
+        let mut result = fcall.query_async(conn).await;
+        if !result.as_ref().is_err_and(not_found) {
+            return result.map_err(fallback);
         }
-    })
+        let _loading = self.loading.lock().await;
+        if self.loads.load(Ordering::Relaxed) != loads {
+            // Loaded while this call waited.
+            result = fcall.query_async(conn).await;
+        }
+        if result.as_ref().is_err_and(not_found) {
+            let load = redis::cmd("FUNCTION")
+                .arg("LOAD")
+                .arg("REPLACE")
+                .arg(&library.code)
+                .query_async::<String>(conn)
+                .await;
+            if let Err(e) = load {
+                return Err(match e.code() {
+                    // Refused, or an error in the library (this server's Lua cannot load it).
+                    Some("ERR" | "NOPERM") => Fallback::ForGood,
+                    // Not now (LOADING, READONLY, TRYAGAIN and the like).
+                    Some(_) => Fallback::Once,
+                    None => Fallback::Error(e),
+                });
+            }
+            self.loads.fetch_add(1, Ordering::Relaxed);
+            result = fcall.query_async(conn).await;
+        }
+        result.map_err(fallback)
+    }
+}
+
+/// How an `FCALL`'s error is taken.
+fn fallback(e: RedisError) -> Fallback {
+    if refused(&e) {
+        Fallback::ForGood
+    } else if matches!(e.code(), Some("OOM" | "READONLY")) {
+        // Refused before it ran, for memory or on a read-only replica (a function that may write):
+        // the script may still decide (a peek or a denial writes nothing; an admission is refused
+        // at its first write, as before).
+        Fallback::Once
+    } else {
+        Fallback::Error(e)
+    }
 }
 
 /// The server lacks the library (never loaded, or gone with a restart or `FUNCTION FLUSH`).

@@ -375,6 +375,38 @@ async fn by_the_script_lease_grants_match_core_gcra() {
     assert_eq!(command_calls(&server, "fcall"), 0);
 }
 
+/// The lease calls in flight when the server lacks the function library (a fresh or restarted
+/// server) load it once, not once each: the others wait for that load and call again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_first_lease_calls_load_the_library_once() {
+    let server = RedisServer::start();
+    let limiter = Arc::new(leased_limiter(
+        &server,
+        Quota::per_second(1000).unwrap(),
+        LeaseConfig {
+            max_keys: 64,
+            ..LeaseConfig::default()
+        },
+    ));
+    let tasks: Vec<JoinHandle<bool>> = (0..32)
+        .map(|i| {
+            let limiter = Arc::clone(&limiter);
+            tokio::spawn(async move {
+                limiter
+                    .try_check(&format!("first{i}"), 1)
+                    .await
+                    .unwrap()
+                    .is_allowed()
+            })
+        })
+        .collect();
+    for task in tasks {
+        assert!(task.await.unwrap());
+    }
+    assert_eq!(limiter.stats().redis_calls, 32);
+    assert_eq!(command_calls(&server, "function|load"), 1);
+}
+
 /// [`lease_trace`] on two quotas; the lease calls made.
 async fn lease_traces(server: &RedisServer) -> u64 {
     let mut rng = StdRng::seed_from_u64(9);
