@@ -44,13 +44,7 @@ pub(crate) static BATCH_LIBRARY: LazyLock<Library> = LazyLock::new(|| {
         include_str!("lua/batch_many.lua")
     );
     let lease_body = include_str!("lua/lease.lua");
-    let version = Script::new(concat!(
-        crate::scripts::batch_definitions!(),
-        include_str!("lua/batch_many.lua"),
-        include_str!("lua/lease.lua")
-    ))
-    .get_hash()[..16]
-        .to_owned();
+    let version = Script::new(&format!("{definitions}{lease_body}")).get_hash()[..16].to_owned();
     let name = format!("tollgate_{version}");
     let function = format!("tollgate_batch_{version}");
     let many = format!("tollgate_batch_many_{version}");
@@ -146,13 +140,28 @@ impl LibraryCall {
                 Err(Fallback::Error(e)) => return Err(e),
             }
         }
-        let mut call = script.prepare_invoke();
-        for key in keys {
-            call.key(key.as_ref());
-        }
-        call.arg(args);
-        call.invoke_async(conn).await
+        by_script(conn, script, keys, args).await
     }
+}
+
+/// `script` by `EVALSHA` on `keys` with `args`, loaded on `NOSCRIPT`.
+pub(crate) async fn by_script<C, K, T>(
+    conn: &mut C,
+    script: &Script,
+    keys: &[K],
+    args: &[&str],
+) -> RedisResult<T>
+where
+    C: ConnectionLike,
+    K: AsRef<str>,
+    T: FromRedisValue,
+{
+    let mut call = script.prepare_invoke();
+    for key in keys {
+        call.key(key.as_ref());
+    }
+    call.arg(args);
+    call.invoke_async(conn).await
 }
 
 /// Why a call did not go by its function.

@@ -9,7 +9,7 @@ use tollgate_core::{Decision, Nanos};
 use crate::breaker::{Admission, Breaker, Outcome};
 use crate::config::{RedisConfig, TimeSource};
 use crate::error::Error;
-use crate::function::LibraryCall;
+use crate::function::{LibraryCall, by_script};
 use crate::params::ScriptParams;
 
 /// Integers the scripts handle stay below 2^53 (exact in a Lua double). Parameters are held below
@@ -196,30 +196,17 @@ where
     C: redis::aio::ConnectionLike + Clone + Send,
 {
     let mut conn = conn.clone();
-    let name = config.key(key);
+    let keys = [config.key(key)];
+    let mut args = Vec::with_capacity(head.len() + params.args().len());
+    args.extend(head);
+    args.extend(params.args().iter().map(String::as_str));
     let sent = async {
         match lua {
-            Lua::Function {
-                via,
-                name: function,
-                script,
-            } => {
-                let mut args = Vec::with_capacity(head.len() + params.args().len());
-                args.extend(head);
-                args.extend(params.args().iter().map(String::as_str));
-                via.invoke_function(&mut conn, function, script, &[&name], &args)
+            Lua::Function { via, name, script } => {
+                via.invoke_function(&mut conn, name, script, &keys, &args)
                     .await
             }
-            Lua::Script(script) => {
-                let mut call = script.key(&name);
-                for arg in head {
-                    call.arg(arg);
-                }
-                for arg in params.args() {
-                    call.arg(arg.as_str());
-                }
-                call.invoke_async(&mut conn).await
-            }
+            Lua::Script(script) => by_script(&mut conn, script, &keys, &args).await,
         }
     };
     let reply: Vec<i64> = tokio::time::timeout(config.timeout(), sent)
