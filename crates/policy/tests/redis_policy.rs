@@ -6,7 +6,7 @@ mod redis_server;
 
 use std::time::Duration;
 
-use redis_server::RedisServer;
+use redis_server::{RedisServer, command_calls};
 use tollgate_core::ManualClock;
 use tollgate_policy::{Policy, PolicyConfig, PolicyError, RedisPolicy, RedisSettings};
 use tollgate_redis::{ConnectionManager, FaultPolicy, RedisConfig};
@@ -308,20 +308,8 @@ async fn a_group_is_decided_as_one_on_redis_too() {
 
 /// Script calls Redis has counted so far: `evalsha` and `fcall` (a batch goes by FCALL on Redis 7
 /// and later, by EVALSHA before).
-async fn evalsha_calls(conn: &mut ConnectionManager) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
-        .await
-        .unwrap();
-    info.lines()
-        .filter_map(|line| {
-            line.strip_prefix("cmdstat_evalsha:calls=")
-                .or_else(|| line.strip_prefix("cmdstat_fcall:calls="))
-        })
-        .filter_map(|rest| rest.split(',').next())
-        .map(|n| n.parse::<u64>().unwrap())
-        .sum()
+fn evalsha_calls(server: &RedisServer) -> u64 {
+    command_calls(server.port, "evalsha") + command_calls(server.port, "fcall")
 }
 
 #[tokio::test]
@@ -333,16 +321,15 @@ async fn a_request_is_one_script_call_whatever_its_rules() {
         settings(),
     )
     .unwrap();
-    let mut stats = conn(&server);
     let request = [("user", "a"), ("route", "/api/x")];
     // Warm: the batch's function is loaded on first use (FCALL, FUNCTION LOAD, FCALL).
     assert!(policy.check(&request, 1).await.unwrap().0.is_allowed());
     for expected_allowed in [true, false, false] {
-        let before = evalsha_calls(&mut stats).await;
+        let before = evalsha_calls(&server);
         let (decided, _) = policy.check(&request, 1).await.unwrap();
         assert_eq!(decided.is_allowed(), expected_allowed);
         // Four rules apply (per_user, per_user_route, global, watch): one call decides them all.
-        assert_eq!(evalsha_calls(&mut stats).await - before, 1);
+        assert_eq!(evalsha_calls(&server) - before, 1);
     }
 }
 
@@ -660,7 +647,6 @@ async fn groups_are_decided_as_the_in_process_policy_decides_them_one_script_whe
     "#;
     const NOW: u64 = 500_000 * 3_600_000_000_000;
     let server = RedisServer::start();
-    let mut c = conn(&server);
     let redis = RedisPolicy::new(
         PolicyConfig::from_toml(GROUPS).unwrap(),
         conn(&server),
@@ -699,9 +685,9 @@ async fn groups_are_decided_as_the_in_process_policy_decides_them_one_script_whe
             .collect();
         let requests = group;
         let want = local.check_all_at(&requests, now);
-        let before = evalsha_calls(&mut c).await;
+        let before = evalsha_calls(&server);
         let got = redis.check_all_at(&requests, now).await;
-        let calls = evalsha_calls(&mut c).await - before;
+        let calls = evalsha_calls(&server) - before;
         for (i, (w, g)) in want.iter().zip(&got).enumerate() {
             let ((w, _), (g, _)) = (w.as_ref().unwrap(), g.as_ref().unwrap());
             assert_eq!(

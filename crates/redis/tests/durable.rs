@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{RedisServer, command, info};
+use common::{RedisServer, command, command_calls, info};
 use tollgate_core::{FixedWindow, Gcra, Quota};
 use tollgate_redis::{
     BatchKey, BatchLimit, BreakerState, Durability, Error, RedisBatch, RedisConfig, admitted,
@@ -52,12 +52,7 @@ fn waits(server: &RedisServer) -> u64 {
 
 /// How many `command` commands (lower case) the server has run.
 fn calls(server: &RedisServer, command: &str) -> u64 {
-    let prefix = format!("cmdstat_{command}:calls=");
-    info(server.port, "commandstats")
-        .lines()
-        .find_map(|l| l.strip_prefix(prefix.as_str()))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |n| n.parse().unwrap())
+    command_calls(server.port, command)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -420,13 +420,9 @@ async fn lease_traces(server: &RedisServer) -> u64 {
     calls
 }
 
-/// How many times the server ran `command` (`INFO commandstats`; a subcommand as `function|load`).
+/// How many times the server ran `command` ([`common::command_calls`]).
 fn command_calls(server: &RedisServer, command: &str) -> u64 {
-    common::info(server.port, "commandstats")
-        .lines()
-        .find_map(|line| line.strip_prefix(&format!("cmdstat_{command}:calls=")))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |n| n.parse().unwrap())
+    common::command_calls(server.port, command)
 }
 
 /// The lease calls made.

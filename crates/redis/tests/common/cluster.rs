@@ -160,17 +160,9 @@ impl RedisCluster {
 
     /// How many times the live nodes ran `command` so far (`INFO commandstats`, lower case).
     pub fn command_calls(&self, command: &str) -> u64 {
-        let prefix = format!("cmdstat_{command}:calls=");
         self.live_ports()
             .into_iter()
-            .map(|port| {
-                super::info(port, "commandstats")
-                    .lines()
-                    .filter_map(|l| l.strip_prefix(prefix.as_str()))
-                    .filter_map(|rest| rest.split(',').next())
-                    .map(|n| n.parse::<u64>().unwrap())
-                    .sum::<u64>()
-            })
+            .map(|port| super::command_calls(port, command))
             .sum()
     }
 

@@ -236,3 +236,14 @@ fn reply(reader: &mut std::io::BufReader<TcpStream>) -> Option<String> {
 pub fn info(port: u16, section: &str) -> String {
     command(port, &["INFO", section])
 }
+
+/// How many times the Redis on `127.0.0.1:port` ran `command` (`INFO commandstats`, lower case; a
+/// subcommand as `function|load`); 0 when it never did or does not answer.
+pub fn command_calls(port: u16, command: &str) -> u64 {
+    let prefix = format!("cmdstat_{command}:calls=");
+    info(port, "commandstats")
+        .lines()
+        .find_map(|line| line.strip_prefix(prefix.as_str()))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
