@@ -70,10 +70,10 @@ pub(crate) async fn decide_all_async<S: AsyncStore>(
 
 /// [`decide_all_async`] in one atomic batch, when the store has one: every rule of every request
 /// in one round trip, written only when every enforcing rule of every request admits, so a refused
-/// group needs no refund. `None` (decided request by request instead) without a batch (lease
-/// mode), for requests of different costs (a batch has one cost), for a rule and key two requests
-/// share (the second must see the first's admission), and for a cost a rule can never admit
-/// (each request then gets its own answer or error).
+/// group needs no refund; for a store that [`batches`](AsyncStore::batches) (the caller asks).
+/// `None` (decided request by request instead) for requests of different costs (a batch has one
+/// cost), for a rule and key two requests share (the second must see the first's admission), and
+/// for a cost a rule can never admit (each request then gets its own answer or error).
 async fn decide_all_batch<S: AsyncStore>(
     set: &RuleSet,
     store: &S,
@@ -85,7 +85,7 @@ where
     S::Receipt: Default,
 {
     let &(_, cost) = requests.first()?;
-    if !store.batches() || requests.len() < 2 || requests.iter().any(|&(_, c)| c != cost) {
+    if requests.len() < 2 || requests.iter().any(|&(_, c)| c != cost) {
         return None;
     }
     let values: SmallVec<[_; 4]> = requests.iter().map(|(d, _)| set.resolve(d)).collect();
@@ -99,9 +99,10 @@ where
 }
 
 /// Every rule of every request (`values`: each request's resolved descriptors) in one atomic
-/// batch, each request's outcomes in its own tally; `None` when the store has no batch or two
-/// requests share a rule and key. `Err((request, error))`: a cost a rule of that request can
-/// never admit (nothing was decided).
+/// batch, each request's outcomes in its own tally, for a store that
+/// [`batches`](AsyncStore::batches) (its callers ask first); `None` when the store has no batch
+/// call after all or two requests share a rule and key. `Err((request, error))`: a cost a rule of
+/// that request can never admit (nothing was decided).
 async fn batch<'v, S: AsyncStore, V: AsRef<[Option<&'v str>]>>(
     set: &RuleSet,
     store: &S,
@@ -113,9 +114,6 @@ async fn batch<'v, S: AsyncStore, V: AsRef<[Option<&'v str>]>>(
 where
     S::Receipt: Default,
 {
-    if !store.batches() {
-        return None;
-    }
     // (request, rule, key) for every rule that applies to each request.
     let mut keys: SmallVec<[(usize, usize, KeyBuf); 8]> = SmallVec::new();
     for (r, v) in values.iter().enumerate() {
