@@ -30,7 +30,7 @@ local function batch_many()
     error({err = 'ERR the plans have ' .. base .. ' key specs for ' .. nkeys .. ' keys'})
   end
   if hold then
-    HELD, HELD_TTL = {}, {}
+    HELD, HELD_NS, HELD_TAG, HELD_TTL = {}, {}, {}, {}
   end
   local replies, server_now = {}, nil
   base = 0

@@ -9,52 +9,55 @@
 -- The furthest ahead of now a stored TAT may be: 2^52 units (so that adding a cost, at most the depth
 -- < 2^51 units, stays exact).
 local AHEAD_MAX = 4503599627370496
-local function tat_ahead(key, raw, now, per_us)
-  -- max(TAT - now, 0) in units (0 for an absent key: a full bucket).
-  if not raw then
-    return 0
-  end
+local function tat_parse(key, raw)
+  -- A stored TAT's digits as whole µs (all digits but the last three) and the nanosecond part (the
+  -- last three), or it is corrupt.
   if #raw > 19 or not find(raw, '^%d+$') then
     corrupt(key, 'TAT ' .. shown(raw) .. ' is not a time in ns in plain digits')
   end
-  local us, ns = 0, raw
-  if #raw > 3 then
-    us, ns = tonum(sub(raw, 1, -4)), sub(raw, -3)
+  if #raw <= 3 then
+    return 0, tonum(raw)
   end
+  local us = tonum(sub(raw, 1, -4))
   if us >= LIMIT then
     corrupt(key, 'TAT ' .. raw .. ' is past 2^53 us')
   end
+  return us, tonum(sub(raw, -3))
+end
+local function tat_ahead(key, us, ns, now, per_us)
+  -- max(TAT - now, 0) in units, the TAT being `us` µs and `ns` ns (tat_parse).
   local d = us - now
   if d < 0 then
     -- TAT - now = d × 1000 + ns <= -1000 + 999 < 0.
     return 0
   end
-  -- A TAT between two units (never written by the core for this quota) reads as the later one. A
-  -- unit of 1000 ns (per_us 1): one more unit unless the ns part (digits) is 0, no number to parse.
+  -- A TAT between two units (never written by the core for this quota) reads as the later one.
   local ahead
   if per_us == 1 then
     ahead = d
-    if ns ~= '000' and find(ns, '[1-9]') then
+    if ns > 0 then
       ahead = d + 1
     end
   else
-    ahead = d * per_us + cdiv(tonum(ns), 1000 / per_us)
+    ahead = d * per_us + cdiv(ns, 1000 / per_us)
   end
   if ahead > AHEAD_MAX then
     -- Writes put the TAT at most a depth (< 2^51 units) ahead; this is not a clock gone backwards.
-    corrupt(key, 'TAT ' .. raw .. ' is more than 2^52 units of ' .. str(1000 / per_us) .. ' ns ahead of now')
+    corrupt(key, 'TAT ' .. str(us) .. format('%03d', ns) .. ' is more than 2^52 units of ' .. str(1000 / per_us) .. ' ns ahead of now')
   end
   return ahead
 end
 -- Within a call of batch_many that holds its GCRA states (batch_many.lua; nil otherwise, where reads
--- and writes go straight to Redis): HELD, each key's value as its requests have read or written it
--- so far (false: none), and HELD_TTL, the write each written key gets once, when the call ends
--- (tat_flush): its TTL in ms, 0 for a delete. A key that several requests touch (a global limit)
--- is then read once and written once; Redis's clock does not move within a call, so the writes
--- are those of the last request, as if each had been made at once.
-local HELD, HELD_TTL
+-- and writes go straight to Redis): HELD, each key's state as its requests have read or written it
+-- so far: the stored value as read (false: none), or once a request has written it, its TAT's whole
+-- µs (a number), with its nanosecond part in HELD_NS and its quota tag in HELD_TAG (false when
+-- deleted). HELD_TTL holds the write each written key gets once, when the call ends (tat_flush): its
+-- TTL in ms, 0 for a delete. A key that several requests touch (a global limit) is then read once,
+-- parsed once and written once; Redis's clock does not move within a call, so the writes are those
+-- of the last request, as if each had been made at once.
+local HELD, HELD_NS, HELD_TAG, HELD_TTL
 local function tat_get(key)
-  -- The key's stored value (false: none), from HELD when held.
+  -- The key's state (see HELD), from HELD when held.
   local held = HELD
   if not held then
     return redis.call('GET', key)
@@ -66,6 +69,20 @@ local function tat_get(key)
   end
   return raw
 end
+-- The digits of the last whole-µs TAT written, and that TAT: the keys a call admits with one quota
+-- and the same state share their new TAT.
+local last_us, last_digits = -1, ''
+local function tat_value(us, ns, tag)
+  -- The stored value of a TAT of `us` µs and `ns` ns under the quota `tag`: nanosecond digits, ';'
+  -- and the tag.
+  if us ~= last_us then
+    last_us, last_digits = us, str(us)
+  end
+  if ns == 0 then
+    return last_digits .. '000;' .. tag
+  end
+  return last_digits .. format('%03d', ns) .. ';' .. tag
+end
 local function tat_flush()
   -- The held writes, one per key (see HELD).
   local held = HELD
@@ -73,7 +90,7 @@ local function tat_flush()
     if ms == 0 then
       redis.call('DEL', key)
     else
-      redis.call('PSETEX', key, digits(ms), held[key])
+      redis.call('PSETEX', key, digits(ms), tat_value(held[key], HELD_NS[key], HELD_TAG[key]))
     end
   end
 end
@@ -87,20 +104,27 @@ local function tat_read(key, now, per_us, interval, depth, tag)
   if not raw then
     return 0
   end
-  local at = find(raw, ';', 1, true)
-  if not at then
-    return tat_ahead(key, raw, now, per_us)
+  local us, ns, q
+  if type(raw) == 'number' then
+    us, ns, q = raw, HELD_NS[key], HELD_TAG[key]
+  else
+    local at = find(raw, ';', 1, true)
+    if not at then
+      us, ns = tat_parse(key, raw)
+      return tat_ahead(key, us, ns, now, per_us)
+    end
+    q = sub(raw, at + 1)
+    us, ns = tat_parse(key, sub(raw, 1, at - 1))
   end
-  local tat, q = sub(raw, 1, at - 1), sub(raw, at + 1)
   if q == (tag or quota_tag(per_us, interval, depth)) then
-    return tat_ahead(key, tat, now, per_us)
+    return tat_ahead(key, us, ns, now, per_us)
   end
   local op, oi, od = tag_params(key, q)
   if op < 1 or op > 1000 or 1000 % op ~= 0 or oi < 1 then
     corrupt(key, 'quota ' .. shown(q) .. ' is not a GCRA quota')
   end
   local ahead = 0
-  local old = tat_ahead(key, tat, now, op)
+  local old = tat_ahead(key, us, ns, now, op)
   if old > 0 then
     local avail = 0
     if od > old then
@@ -114,33 +138,26 @@ local function gcra_args()
   -- ARGV[4..6]: units per µs, the emission interval and the bucket depth in units.
   return tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 end
--- The digits of the last whole-µs TAT set_tat wrote, and that TAT: the keys a call admits with
--- one quota and the same state share their new TAT.
-local last_us, last_digits = -1, ''
 local function set_tat(key, now, ahead, per_us, interval, depth, tag)
-  -- The value: now + ahead units as nanosecond digits (whole µs, then the ns part, '000' when a
-  -- unit is 1000 ns), ';' and the quota tag (`tag`, if the caller has it). The TTL ends where the
-  -- state turns fresh (the TAT), rounded up to whole ms: 1 ms = per_us × 1000 units.
+  -- The value: now + ahead units as a TAT (tat_value) under this quota (`tag`, if the caller has
+  -- it). The TTL ends where the state turns fresh (the TAT), rounded up to whole ms: 1 ms = per_us
+  -- × 1000 units.
   local whole = idiv(ahead, per_us)
-  local us = now + whole
-  if us ~= last_us then
-    last_us, last_digits = us, str(us)
-  end
-  local ns = '000'
+  local us, ns = now + whole, 0
   if per_us ~= 1 then
-    ns = format('%03d', (ahead - whole * per_us) * (1000 / per_us))
+    ns = (ahead - whole * per_us) * (1000 / per_us)
   end
   local ms = cdiv(ahead, per_us * 1000)
   if ms < 1 then
     ms = 1
   end
-  local value = last_digits .. ns .. ';' .. (tag or quota_tag(per_us, interval, depth))
+  tag = tag or quota_tag(per_us, interval, depth)
   if HELD then
-    HELD[key], HELD_TTL[key] = value, ms
+    HELD[key], HELD_NS[key], HELD_TAG[key], HELD_TTL[key] = us, ns, tag, ms
     return
   end
   -- PSETEX: SET with PX in one argument fewer (about 600 instructions less for Redis).
-  redis.call('PSETEX', key, digits(ms), value)
+  redis.call('PSETEX', key, digits(ms), tat_value(us, ns, tag))
 end
 local function tat_write(key, now, ahead, per_us, interval, depth, tag)
   -- Stores `ahead` units past now (set_tat), or deletes the key for 0 (the fresh state).
