@@ -73,8 +73,9 @@ local function batch_decide(keys, base, n, now, cost, specs, reply, commits, car
   -- Every key's decision at `now` (reads only): the request's keys are keys[base + 1 .. base + n].
   -- Its reply values put in `reply` (see reply_text), its writes kept (commits[i]: the admission's,
   -- carries[i]: the carry-over's; false: none; for GCRA the ahead tat_write stores, its spec in
-  -- params[i]; for the windows a function). Returns whether every enforcing key admitted, and the
-  -- reply's shape (see reply_text).
+  -- params[i]; for the windows a function, params[i] false: batch_commit tells them apart by it,
+  -- not by a call of `type`). Returns whether every enforcing key admitted, and the reply's shape
+  -- (see reply_text).
   local admitted, shape, compact = true, 0, n <= COMPACT_MAX
   -- The keys seen, for more than a few (fewer are compared pairwise: no table to build).
   local seen
@@ -110,6 +111,7 @@ local function batch_decide(keys, base, n, now, cost, specs, reply, commits, car
       end
       local r
       r, commit, carry = decide(key, now, cost, a, b, c)
+      params[i] = false
       allowed, remaining, retry, reset = r[1], r[2], r[3], r[4]
     end
     if allowed == 0 and spec[2] then
@@ -135,8 +137,8 @@ local function batch_decide(keys, base, n, now, cost, specs, reply, commits, car
 end
 -- The reply, and each key's writes and spec (see batch_decide), kept from call to call by a
 -- function library (no tables to build and grow on each call): a call sets entries 1..#KEYS of
--- COMMITS and CARRIES (of PARAMS for each GCRA key) before it reads any, and the entries past
--- those are never read; it sets the reply's values (see reply_text) and formats those.
+-- COMMITS, CARRIES and PARAMS before it reads any, and the entries past those are never read; it
+-- sets the reply's values (see reply_text) and formats those.
 local REPLY, COMMITS, CARRIES, PARAMS = {}, {}, {}, {}
 -- The reply's formats for up to COMPACT_MAX keys, by key count, then by shape: each key's allowed
 -- as a bit, the first key's the highest ('1 %d 0 %d' for an admission, '0 0 %d %d' for a denial,
@@ -217,11 +219,13 @@ local function batch_commit(keys, base, n, now, peek, admitted, shape)
       if admitted and commits[i] then
         write = commits[i]
       end
-      if type(write) == 'function' then
-        write()
-      elseif write then
+      if write then
         local spec = params[i]
-        tat_write(keys[base + i], now, write, spec[3], spec[4], spec[5], spec[6])
+        if spec then
+          tat_write(keys[base + i], now, write, spec[3], spec[4], spec[5], spec[6])
+        else
+          write()
+        end
       end
     end
   end

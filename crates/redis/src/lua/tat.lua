@@ -56,19 +56,6 @@ end
 -- parsed once and written once; Redis's clock does not move within a call, so the writes are those
 -- of the last request, as if each had been made at once.
 local HELD, HELD_NS, HELD_TAG, HELD_TTL
-local function tat_get(key)
-  -- The key's state (see HELD), from HELD when held.
-  local held = HELD
-  if not held then
-    return redis.call('GET', key)
-  end
-  local raw = held[key]
-  if raw == nil then
-    raw = redis.call('GET', key)
-    held[key] = raw
-  end
-  return raw
-end
 -- The digits of the last whole-µs TAT written, and that TAT: the keys a call admits with one quota
 -- and the same state share their new TAT.
 local last_us, last_digits = -1, ''
@@ -100,7 +87,17 @@ local function tat_read(key, now, per_us, interval, depth, tag)
   -- `Algorithm::carry_over`: min(the units it could take under its quota now, this burst), the rest
   -- counted as spent now; a TAT at or before now, fresh under any quota, stays fresh). Reads only.
   -- `tag`: this quota's tag (quota_tag), if the caller has it.
-  local raw = tat_get(key)
+  -- The key's state (see HELD), from HELD when held.
+  local held, raw = HELD, nil
+  if held then
+    raw = held[key]
+    if raw == nil then
+      raw = redis.call('GET', key)
+      held[key] = raw
+    end
+  else
+    raw = redis.call('GET', key)
+  end
   if not raw then
     return 0
   end
@@ -142,10 +139,10 @@ local function set_tat(key, now, ahead, per_us, interval, depth, tag)
   -- The value: now + ahead units as a TAT (tat_value) under this quota (`tag`, if the caller has
   -- it). The TTL ends where the state turns fresh (the TAT), rounded up to whole ms: 1 ms = per_us
   -- × 1000 units.
-  local whole = idiv(ahead, per_us)
-  local us, ns = now + whole, 0
+  local us, ns = now + ahead, 0
   if per_us ~= 1 then
-    ns = (ahead - whole * per_us) * (1000 / per_us)
+    local whole = idiv(ahead, per_us)
+    us, ns = now + whole, (ahead - whole * per_us) * (1000 / per_us)
   end
   local ms = cdiv(ahead, per_us * 1000)
   if ms < 1 then
@@ -185,7 +182,8 @@ local function gcra_decide(key, now, cost, per_us, interval, depth, tag)
     carry = ahead
   end
   local new_ahead = ahead + cost * interval
-  if now + cdiv(new_ahead, per_us) >= LIMIT then
+  -- (A unit of 1 µs, every quota up to 10^6 per second, needs no division: cdiv is a Lua call.)
+  if now + (per_us == 1 and new_ahead or cdiv(new_ahead, per_us)) >= LIMIT then
     return 0, 0, -1, -1, nil, carry
   end
   -- allow_at = new_tat - depth; denied while now < allow_at.
