@@ -182,7 +182,7 @@ local function gcra_decide(key, now, cost, per_us, interval, depth, tag)
     carry = ahead
   end
   local new_ahead = ahead + cost * interval
-  -- (A unit of 1 µs, every quota up to 10^6 per second, needs no division: cdiv is a Lua call.)
+  -- (A unit of 1 µs, an interval of whole µs, needs no division: cdiv is a Lua call.)
   if now + (per_us == 1 and new_ahead or cdiv(new_ahead, per_us)) >= LIMIT then
     return 0, 0, -1, -1, nil, carry
   end
