@@ -17,7 +17,8 @@ pub enum Error {
     Timeout(Duration),
     /// The connection or the server failed (I/O, refused connection, script error, ...).
     Redis(redis::RedisError),
-    /// The script answered something other than the four integers it always returns.
+    /// The script answered something other than what it always returns (four integers per key,
+    /// two for a GCRA key of a batch, and values in range).
     BadReply(String),
     /// The key holds a value this limiter's script cannot have written (not a number, out of
     /// range, foreign hash fields): no decision was made and nothing was written. Fix or delete

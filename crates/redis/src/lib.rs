@@ -40,7 +40,10 @@
 //!   `retry_after` is then the core's rounded up to whole µs (the first instant a µs clock can see).
 //!
 //! Replies are four integers (`allowed`, `remaining`, `retry_after`, `reset_after`; `-1` = never)
-//! in the script's unit, converted to the core's [`Decision`](tollgate_core::Decision).
+//! in the script's unit, converted to the core's [`Decision`](tollgate_core::Decision). (A batch,
+//! [`RedisBatch`], replies two for a GCRA key, `allowed` and an admission's `reset_after` or a
+//! denial's `retry_after`, from which the client derives the other two with the quota and the cost
+//! it sent: each integer Redis writes costs it a `sprintf`.)
 //! [`RedisLimiter::algorithm`] is the algorithm the script follows (its quota is the requested one
 //! unless rounded as above).
 //!

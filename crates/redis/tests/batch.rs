@@ -1224,6 +1224,43 @@ async fn keys_of_any_bytes_and_length_never_break_it() {
     }
 }
 
+/// A request of more keys than the script's reply formats by shape (40) replies every value: 45
+/// GCRA and fixed-window keys in one request are decided as the same keys in three requests of 15,
+/// admitted (cost 1) and then denied (cost 3: beyond what is left of GCRA's burst of 3, within
+/// the windows' 10).
+#[tokio::test(flavor = "current_thread")]
+async fn a_request_of_45_keys_is_decided_as_three_of_15() {
+    let server = RedisServer::start();
+    let cfg = |prefix: &str| config().with_prefix(prefix);
+    let whole = RedisBatch::new(connect(&server.url(), &cfg("w:")).unwrap(), cfg("w:"));
+    let parts = RedisBatch::new(connect(&server.url(), &cfg("p:")).unwrap(), cfg("p:"));
+    let quota = Quota::per_second(10).unwrap().with_burst(3).unwrap();
+    let gcra = BatchLimit::for_quota::<Gcra>(quota).unwrap();
+    let window = BatchLimit::for_quota::<FixedWindow>(quota).unwrap();
+    let names: Vec<String> = (0..45).map(|i| format!("{{m}}:{i}")).collect();
+    let keys: Vec<BatchKey<'_>> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| BatchKey::enforcing(n, if i % 2 == 0 { &gcra } else { &window }))
+        .collect();
+    let now = EPOCH_US * 1000;
+    for (cost, allowed) in [(1, true), (3, false)] {
+        let got = whole.try_check_at(&keys, now, cost).await.unwrap();
+        let mut by_parts = Vec::new();
+        for chunk in keys.chunks(15) {
+            by_parts.extend(parts.try_check_at(chunk, now, cost).await.unwrap());
+        }
+        assert_eq!(got, by_parts, "cost {cost}");
+        assert_eq!(admitted(&keys, &got), allowed, "cost {cost}: {got:?}");
+        let gcra_allowed = got.iter().step_by(2).map(Decision::is_allowed);
+        assert!(
+            gcra_allowed.clone().all(|a| a == allowed),
+            "cost {cost}: {got:?}"
+        );
+        assert!(got.iter().skip(1).step_by(2).all(Decision::is_allowed));
+    }
+}
+
 /// A batch and a `RedisLimiter` with the same prefix and quota share the key's state:
 /// `RedisLimiter::batch_limit` is the limiter's own script parameters.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -15,14 +15,19 @@
 -- admission is written only with the request's). An error on any key (WRONGTYPE, corrupt state)
 -- is raised before any write: nothing is written. It comes back as 'TOLLGATE_KEY <i> <the error>',
 -- i being the key's position (from 1).
--- Reply: four integers per key, in order, as its single-key script replies: {allowed, remaining,
--- retry_after, reset_after} in that algorithm's unit, -1 = never; then the `now` every key was
--- decided at, in µs (what a reservation settles against). All in one bulk string, in decimal,
--- separated by single spaces: the client reads one value instead of an array of 4 × keys + 1
--- (redis-rs's reply parser spent about 10 k instructions per 3-key call on the array, a tenth of
--- tollgate-server's work per call).
+-- Reply: per key, in order, a window's four integers as its single-key script replies them:
+-- {allowed, remaining, retry_after, reset_after} in that algorithm's unit, -1 = never; GCRA's two,
+-- {allowed, an admission's reset_after or a denial's retry_after}, from which the client derives
+-- the other two with the quota and the cost it sent (an admission's remaining is
+-- floor((depth - reset_after) / interval), a denial's reset_after is retry_after + depth -
+-- cost × interval, -1 = never for both; crates/redis/src/batch.rs, `TatReply`): each integer
+-- costs Redis a `sprintf` (about 1 k instructions). Then the `now` every key was decided at, in
+-- µs (what a reservation settles against). All in one bulk string, in decimal, separated by
+-- single spaces: the client reads one value instead of an array (redis-rs's reply parser spent
+-- about 10 k instructions per 3-key call on an array, a tenth of tollgate-server's work per
+-- call).
 local WINDOWS = {f = fixed_window_decide, s = sliding_window_decide}
--- The most keys whose reply gives two values each (see reply_text).
+-- The most keys whose reply's format is memoized by its shape (see reply_text).
 local COMPACT_MAX = 40
 -- The position of the key being decided, for the error that names it.
 local batch_at = 0
@@ -71,12 +76,12 @@ local function plan_of(text)
 end
 local function batch_decide(keys, base, n, now, cost, specs, reply, commits, carries, params)
   -- Every key's decision at `now` (reads only): the request's keys are keys[base + 1 .. base + n].
-  -- Its reply values put in `reply` (see reply_text), its writes kept (commits[i]: the admission's,
-  -- carries[i]: the carry-over's; false: none; for GCRA the ahead tat_write stores, its spec in
-  -- params[i]; for the windows a function, params[i] false: batch_commit tells them apart by it,
-  -- not by a call of `type`). Returns whether every enforcing key admitted, and the reply's shape
-  -- (see reply_text).
-  local admitted, shape, compact = true, 0, n <= COMPACT_MAX
+  -- Its reply values put in `reply` (see reply_text; their count is returned), its writes kept
+  -- (commits[i]: the admission's, carries[i]: the carry-over's; false: none; for GCRA the ahead
+  -- tat_write stores, its spec in params[i]; for the windows a function, params[i] false:
+  -- batch_commit tells them apart by it, not by a call of `type`). Returns whether every
+  -- enforcing key admitted, the reply's shape and its count of values (see reply_text).
+  local admitted, shape, compact, m = true, 0, n <= COMPACT_MAX, 0
   -- The keys seen, for more than a few (fewer are compared pairwise: no table to build).
   local seen
   if n > 8 then
@@ -118,80 +123,94 @@ local function batch_decide(keys, base, n, now, cost, specs, reply, commits, car
       admitted = false
     end
     if compact then
-      -- Every *_decide answers an admission's retry_after 0 and a denial's remaining 0.
-      local m = i * 2
+      -- Every *_decide answers an admission's retry_after 0 and a denial's remaining 0: the
+      -- format holds those and `allowed` (the shape), the reply the others.
       if allowed == 1 and retry == 0 then
-        reply[m - 1], reply[m], shape = remaining, reset, shape * 2 + 1
+        shape = shape * 2 + 1
+        if code == 'g' then
+          reply[m + 1], m = reset, m + 1
+        else
+          reply[m + 1], reply[m + 2], m = remaining, reset, m + 2
+        end
       elseif allowed == 0 and remaining == 0 then
-        reply[m - 1], reply[m], shape = retry, reset, shape * 2
+        shape = shape * 2
+        if code == 'g' then
+          reply[m + 1], m = retry, m + 1
+        else
+          reply[m + 1], reply[m + 2], m = retry, reset, m + 2
+        end
       else
         error({err = 'ERR a decision of ' .. shown(code) .. ' is not an admission or a denial'})
       end
+    elseif code == 'g' then
+      -- GCRA's two values, every value formatted (see reply_text).
+      reply[m + 1], m = allowed, m + 2
+      if allowed == 1 then
+        reply[m] = reset
+      else
+        reply[m] = retry
+      end
     else
-      local m = i * 4
-      reply[m - 3], reply[m - 2], reply[m - 1], reply[m] = allowed, remaining, retry, reset
+      reply[m + 1], reply[m + 2], reply[m + 3], reply[m + 4] = allowed, remaining, retry, reset
+      m = m + 4
     end
     commits[i], carries[i] = commit or false, carry or false
   end
-  return admitted, shape
+  return admitted, shape, m
 end
 -- The reply, and each key's writes and spec (see batch_decide), kept from call to call by a
 -- function library (no tables to build and grow on each call): a call sets entries 1..#KEYS of
 -- COMMITS, CARRIES and PARAMS before it reads any, and the entries past those are never read; it
 -- sets the reply's values (see reply_text) and formats those.
 local REPLY, COMMITS, CARRIES, PARAMS = {}, {}, {}, {}
--- The reply's formats for up to COMPACT_MAX keys, by key count, then by shape: each key's allowed
--- as a bit, the first key's the highest ('1 %d 0 %d' for an admission, '0 0 %d %d' for a denial,
--- then INT for `now`). A memo of at most MEMO_MAX formats. `format` costs about 1 k instructions
--- per integer (lua_instructions.sh, callgrind), so the constant half of the values is written in
--- the format text instead; looking each value up in the digits memo saved about 3 k instructions
--- per call where the keys expire between calls and cost about 5 k where they live (their values
--- recur less).
+-- The reply's formats for up to COMPACT_MAX keys, by plan (plan_of), then by shape: each key's
+-- allowed as a bit, the first key's the highest ('1 %d' and '0 %d' for GCRA's admission and
+-- denial, '1 %d 0 %d' and '0 0 %d %d' for a window's, then INT for `now`). A memo of at most
+-- MEMO_MAX formats. `format` costs about 1 k instructions per integer (lua_instructions.sh,
+-- callgrind), so the constant values are written in the format text instead; looking each value
+-- up in the digits memo saved about 3 k instructions per call where the keys expire between calls
+-- and cost about 5 k where they live (their values recur less).
 local REPLY_FORMATS, REPLY_FORMATS_N = {}, 0
-local function reply_format(n, shape)
-  if shape == 2 ^ n - 1 then
-    -- Every key admitted: the common shape, built at once (an EVALSHA builds it on every call).
-    return string.rep('1 ' .. INT .. ' 0 ' .. INT .. ' ', n) .. INT
-  end
+local function reply_format(specs, shape)
+  local n = #specs
   local parts, bits = {}, shape
   for i = n, 1, -1 do
-    local bit = bits % 2
+    local bit, gcra = bits % 2, specs[i][1] == 'g'
     if bit == 1 then
-      parts[i] = '1 ' .. INT .. ' 0 ' .. INT
+      parts[i] = gcra and '1 ' .. INT or '1 ' .. INT .. ' 0 ' .. INT
     else
-      parts[i] = '0 0 ' .. INT .. ' ' .. INT
+      parts[i] = gcra and '0 ' .. INT or '0 0 ' .. INT .. ' ' .. INT
     end
     bits = (bits - bit) / 2
   end
   parts[n + 1] = INT
   return table.concat(parts, ' ')
 end
-local function reply_text(reply, n, shape, now)
-  -- The reply of n keys: for up to COMPACT_MAX keys `reply` holds two values per key (an
-  -- admission's remaining and reset_after, a denial's retry_after and reset_after) and `shape`
-  -- says which; for more, four per key.
-  if n <= COMPACT_MAX then
-    local m = n * 2 + 1
-    reply[m] = now
-    local by_shape = REPLY_FORMATS[n]
+local function reply_text(reply, m, plan, shape, now)
+  -- The reply of the plan's keys, whose m values batch_decide put in `reply`: for up to
+  -- COMPACT_MAX keys those `format` does not hold (see REPLY_FORMATS) and `shape` says which
+  -- format; for more, every value, value by value.
+  m = m + 1
+  reply[m] = now
+  local specs = plan[2]
+  if #specs <= COMPACT_MAX then
+    local by_shape = REPLY_FORMATS[plan]
     if not by_shape then
       by_shape = {}
-      REPLY_FORMATS[n] = by_shape
+      REPLY_FORMATS[plan] = by_shape
     end
     local f = by_shape[shape]
     if not f then
-      f = reply_format(n, shape)
+      f = reply_format(specs, shape)
       if REPLY_FORMATS_N >= MEMO_MAX then
         REPLY_FORMATS, REPLY_FORMATS_N, by_shape = {}, 0, {}
-        REPLY_FORMATS[n] = by_shape
+        REPLY_FORMATS[plan] = by_shape
       end
       by_shape[shape], REPLY_FORMATS_N = f, REPLY_FORMATS_N + 1
     end
     return format(f, unpack(reply, 1, m))
   end
   -- Rare (many keys): value by value, as many as Lua's stack would not take at once.
-  local m = n * 4 + 1
-  reply[m] = now
   local parts = {}
   for i = 1, m do
     parts[i] = format(INT, reply[i])
@@ -206,14 +225,15 @@ local function batch_error(r)
   end
   return 'TOLLGATE_KEY ' .. batch_at .. ' ' .. tostring(r)
 end
-local function batch_commit(keys, base, n, now, peek, admitted, shape)
+local function batch_commit(keys, base, n, now, plan, admitted, shape, m)
   -- After batch_decide (whose kept writes are in COMMITS, CARRIES and PARAMS) on
   -- keys[base + 1 .. base + n]: the request's writes, and its reply's text. Each key's admission
   -- when the request is admitted; else (or where it has none) the carry-over of a state written
   -- under another quota, stored even by a denial. Nothing here raises an error on keys every
-  -- decision read: a write replaces or deletes a value of the type just read.
+  -- decision read: a write replaces or deletes a value of the type just read. `plan`: the
+  -- request's (plan_of); `shape` and `m`: batch_decide's.
   local reply, commits, carries, params = REPLY, COMMITS, CARRIES, PARAMS
-  if not peek then
+  if not plan[1] then
     for i = 1, n do
       local write = carries[i]
       if admitted and commits[i] then
@@ -229,7 +249,7 @@ local function batch_commit(keys, base, n, now, peek, admitted, shape)
       end
     end
   end
-  return reply_text(reply, n, shape, now)
+  return reply_text(reply, m, plan, shape, now)
 end
 local function batch()
   -- One request reads each key once: nothing to hold (a call of batch_many that failed may have
@@ -240,11 +260,11 @@ local function batch()
   if #plan[2] ~= n then
     error({err = 'ERR the plan has ' .. #plan[2] .. ' key specs for ' .. n .. ' keys'})
   end
-  local ok, admitted, shape = pcall(batch_decide, KEYS, 0, n, now, cost, plan[2], REPLY, COMMITS,
-    CARRIES, PARAMS)
+  local ok, admitted, shape, m = pcall(batch_decide, KEYS, 0, n, now, cost, plan[2], REPLY,
+    COMMITS, CARRIES, PARAMS)
   if not ok then
     -- Every read comes before any write: nothing was written.
     error({err = batch_error(admitted)})
   end
-  return batch_commit(KEYS, 0, n, now, plan[1], admitted, shape)
+  return batch_commit(KEYS, 0, n, now, plan, admitted, shape, m)
 end

@@ -49,10 +49,10 @@ local function batch_many()
     if not cost then
       replies[#replies + 1] = 'EERR the cost ' .. shown(ARGV[j]) .. ' is not an integer (@ a time)'
     else
-      local ok, admitted, shape = pcall(batch_decide, KEYS, base, n, now, cost, plan[2], REPLY,
+      local ok, admitted, shape, m = pcall(batch_decide, KEYS, base, n, now, cost, plan[2], REPLY,
         COMMITS, CARRIES, PARAMS)
       if ok then
-        replies[#replies + 1] = batch_commit(KEYS, base, n, now, plan[1], admitted, shape)
+        replies[#replies + 1] = batch_commit(KEYS, base, n, now, plan, admitted, shape, m)
       else
         replies[#replies + 1] = 'E' .. batch_error(admitted)
       end
