@@ -241,8 +241,11 @@ local function batch_commit(keys, base, n, now, plan, admitted, shape, m)
       end
       if write then
         local spec = params[i]
-        if spec then
-          tat_write(keys[base + i], now, write, spec[3], spec[4], spec[5], spec[6])
+        if spec and write ~= 0 then
+          -- tat_write's store, called directly (a Lua call fewer per key).
+          set_tat(keys[base + i], now, write, spec[3], spec[4], spec[5], spec[6])
+        elseif spec then
+          tat_write(keys[base + i], now, 0)
         else
           write()
         end
