@@ -7,6 +7,8 @@
 //! rules are one `RedisBatch` script.
 
 use std::borrow::Cow;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,8 +18,8 @@ use tollgate_core::{
     CheckError, Decision, FixedWindow, Gcra, LeakyBucket, Nanos, Quota, SlidingWindow,
 };
 use tollgate_redis::{
-    BatchKey, BatchLimit, BreakerConfig, Connection, Durability, Error, FaultPolicy, LeaseConfig,
-    LeasedLimiter, RedisBatch, RedisConfig, RedisLimiter,
+    BatchEncoding, BatchKey, BatchLimit, BreakerConfig, Connection, Durability, Error, FaultPolicy,
+    LeaseConfig, LeasedLimiter, RedisBatch, RedisConfig, RedisLimiter,
 };
 
 use crate::config::AlgorithmKind;
@@ -72,12 +74,61 @@ impl Default for RedisSettings {
 
 /// A rule-and-quota's Redis limiter, of its algorithm and mode.
 pub(crate) enum Limiter {
-    Gcra(RedisLimiter<Gcra, Connection>),
-    Leaky(RedisLimiter<LeakyBucket, Connection>),
-    Fixed(RedisLimiter<FixedWindow, Connection>),
-    Sliding(RedisLimiter<SlidingWindow, Connection>),
+    /// A script call per decision: a [`RedisLimiter`] of the rule's algorithm.
+    PerCall(Box<dyn PerCall>),
     /// Boxed: a leased limiter carries its key table's shards inline.
     Lease(Box<LeasedLimiter<Connection>>),
+}
+
+/// The future of a per-call limiter's call.
+type Call<'a, T> = Pin<Box<dyn Future<Output = Result<T, Error>> + Send + 'a>>;
+
+/// A [`RedisLimiter`] of any algorithm, as the store calls it: at the server's time (`now`
+/// `None`) or the caller's. Its calls' futures are boxed: a round trip each, so the allocation is
+/// small beside it, and a lease's local decision (and every future that awaits one of these) then
+/// does not carry and move a script call's future.
+pub(crate) trait PerCall: Send + Sync {
+    fn check<'a>(&'a self, key: &'a str, now: Option<Nanos>, cost: u64) -> Call<'a, Decision>;
+    fn peek<'a>(&'a self, key: &'a str, now: Option<Nanos>, cost: u64) -> Call<'a, Decision>;
+    fn refund<'a>(&'a self, key: &'a str, now: Option<Nanos>, cost: u64) -> Call<'a, ()>;
+    /// The algorithm and quota as a key of a [`RedisBatch`].
+    fn batch_limit(&self) -> BatchLimit;
+}
+
+impl<A> PerCall for RedisLimiter<A, Connection>
+where
+    A: BatchEncoding + Send + Sync,
+{
+    fn check<'a>(&'a self, key: &'a str, now: Option<Nanos>, cost: u64) -> Call<'a, Decision> {
+        Box::pin(async move {
+            match now {
+                None => self.try_check(key, cost).await,
+                Some(now) => self.try_check_at(key, now, cost).await,
+            }
+        })
+    }
+
+    fn peek<'a>(&'a self, key: &'a str, now: Option<Nanos>, cost: u64) -> Call<'a, Decision> {
+        Box::pin(async move {
+            match now {
+                None => self.try_peek(key, cost).await,
+                Some(now) => self.try_peek_at(key, now, cost).await,
+            }
+        })
+    }
+
+    fn refund<'a>(&'a self, key: &'a str, now: Option<Nanos>, cost: u64) -> Call<'a, ()> {
+        Box::pin(async move {
+            match now {
+                None => self.try_refund(key, cost).await,
+                Some(now) => self.try_refund_at(key, now, cost).await,
+            }
+        })
+    }
+
+    fn batch_limit(&self) -> BatchLimit {
+        RedisLimiter::batch_limit(self)
+    }
 }
 
 /// Everything a limiter is built from: equal specs reuse the limiter across reloads (a leased one
@@ -102,21 +153,11 @@ pub(crate) struct QuotaLimiter {
 }
 
 impl QuotaLimiter {
-    // The limiters that call their script for every decision are boxed: a round trip each, so the
-    // allocation is small beside it, and a lease's local decision (and every future that awaits
-    // this one) then does not carry and move their script calls' futures.
     async fn check(&self, key: &str, now: Option<Nanos>, cost: u64) -> Result<Decision, Error> {
         match (&self.limiter, now) {
+            (Limiter::PerCall(l), _) => l.check(key, now, cost).await,
             (Limiter::Lease(l), None) => l.try_check(key, cost).await,
             (Limiter::Lease(l), Some(now)) => l.try_check_at(key, now, cost).await,
-            (Limiter::Gcra(l), None) => Box::pin(l.try_check(key, cost)).await,
-            (Limiter::Gcra(l), Some(now)) => Box::pin(l.try_check_at(key, now, cost)).await,
-            (Limiter::Leaky(l), None) => Box::pin(l.try_check(key, cost)).await,
-            (Limiter::Leaky(l), Some(now)) => Box::pin(l.try_check_at(key, now, cost)).await,
-            (Limiter::Fixed(l), None) => Box::pin(l.try_check(key, cost)).await,
-            (Limiter::Fixed(l), Some(now)) => Box::pin(l.try_check_at(key, now, cost)).await,
-            (Limiter::Sliding(l), None) => Box::pin(l.try_check(key, cost)).await,
-            (Limiter::Sliding(l), Some(now)) => Box::pin(l.try_check_at(key, now, cost)).await,
         }
     }
 
@@ -128,29 +169,15 @@ impl QuotaLimiter {
         now: Option<Nanos>,
         cost: u64,
     ) -> Option<Result<Decision, Error>> {
-        Some(match (&self.limiter, now) {
-            (Limiter::Gcra(l), None) => Box::pin(l.try_peek(key, cost)).await,
-            (Limiter::Gcra(l), Some(now)) => Box::pin(l.try_peek_at(key, now, cost)).await,
-            (Limiter::Leaky(l), None) => Box::pin(l.try_peek(key, cost)).await,
-            (Limiter::Leaky(l), Some(now)) => Box::pin(l.try_peek_at(key, now, cost)).await,
-            (Limiter::Fixed(l), None) => Box::pin(l.try_peek(key, cost)).await,
-            (Limiter::Fixed(l), Some(now)) => Box::pin(l.try_peek_at(key, now, cost)).await,
-            (Limiter::Sliding(l), None) => Box::pin(l.try_peek(key, cost)).await,
-            (Limiter::Sliding(l), Some(now)) => Box::pin(l.try_peek_at(key, now, cost)).await,
-            (Limiter::Lease(_), _) => return None,
-        })
+        match &self.limiter {
+            Limiter::PerCall(l) => Some(l.peek(key, now, cost).await),
+            Limiter::Lease(_) => None,
+        }
     }
 
     async fn refund(&self, key: &str, now: Option<Nanos>, cost: u64) -> Result<(), Error> {
         match (&self.limiter, now) {
-            (Limiter::Gcra(l), None) => Box::pin(l.try_refund(key, cost)).await,
-            (Limiter::Gcra(l), Some(now)) => Box::pin(l.try_refund_at(key, now, cost)).await,
-            (Limiter::Leaky(l), None) => Box::pin(l.try_refund(key, cost)).await,
-            (Limiter::Leaky(l), Some(now)) => Box::pin(l.try_refund_at(key, now, cost)).await,
-            (Limiter::Fixed(l), None) => Box::pin(l.try_refund(key, cost)).await,
-            (Limiter::Fixed(l), Some(now)) => Box::pin(l.try_refund_at(key, now, cost)).await,
-            (Limiter::Sliding(l), None) => Box::pin(l.try_refund(key, cost)).await,
-            (Limiter::Sliding(l), Some(now)) => Box::pin(l.try_refund_at(key, now, cost)).await,
+            (Limiter::PerCall(l), _) => l.refund(key, now, cost).await,
             (Limiter::Lease(l), None) => {
                 l.refund(key, cost);
                 Ok(())
@@ -167,8 +194,8 @@ impl QuotaLimiter {
     /// mode on the shared bucket's estimate the leased limiter reports), the window's end for the
     /// sliding window (an upper bound).
     fn next_unit(&self, decision: &Decision) -> Option<Duration> {
-        match self.limiter {
-            Limiter::Sliding(_) => match *decision {
+        match self.spec.algorithm {
+            AlgorithmKind::SlidingWindow => match *decision {
                 Decision::Allowed {
                     remaining,
                     reset_after,
@@ -300,24 +327,22 @@ impl RedisStore {
                             (Some(lease), _) => Limiter::Lease(Box::new(
                                 LeasedLimiter::new(conn, quota, c, lease).map_err(err)?,
                             )),
-                            (None, AlgorithmKind::Gcra) => {
-                                Limiter::Gcra(RedisLimiter::new(conn, quota, c).map_err(err)?)
-                            }
-                            (None, AlgorithmKind::LeakyBucket) => {
-                                Limiter::Leaky(RedisLimiter::new(conn, quota, c).map_err(err)?)
-                            }
-                            (None, AlgorithmKind::FixedWindow) => {
-                                Limiter::Fixed(RedisLimiter::new(conn, quota, c).map_err(err)?)
-                            }
-                            (None, AlgorithmKind::SlidingWindow) => {
-                                Limiter::Sliding(RedisLimiter::new(conn, quota, c).map_err(err)?)
-                            }
+                            (None, AlgorithmKind::Gcra) => Limiter::PerCall(Box::new(
+                                RedisLimiter::<Gcra, _>::new(conn, quota, c).map_err(err)?,
+                            )),
+                            (None, AlgorithmKind::LeakyBucket) => Limiter::PerCall(Box::new(
+                                RedisLimiter::<LeakyBucket, _>::new(conn, quota, c).map_err(err)?,
+                            )),
+                            (None, AlgorithmKind::FixedWindow) => Limiter::PerCall(Box::new(
+                                RedisLimiter::<FixedWindow, _>::new(conn, quota, c).map_err(err)?,
+                            )),
+                            (None, AlgorithmKind::SlidingWindow) => Limiter::PerCall(Box::new(
+                                RedisLimiter::<SlidingWindow, _>::new(conn, quota, c)
+                                    .map_err(err)?,
+                            )),
                         };
                         let batch = match &limiter {
-                            Limiter::Gcra(l) => Some(l.batch_limit()),
-                            Limiter::Leaky(l) => Some(l.batch_limit()),
-                            Limiter::Fixed(l) => Some(l.batch_limit()),
-                            Limiter::Sliding(l) => Some(l.batch_limit()),
+                            Limiter::PerCall(l) => Some(l.batch_limit()),
                             // The shared bucket's GCRA, as the lease script runs it on the same
                             // key: what a settlement charges.
                             Limiter::Lease(_) => BatchLimit::for_quota::<Gcra>(quota).ok(),
