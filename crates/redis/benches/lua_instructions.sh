@@ -25,7 +25,10 @@
 # function, by FCALL (`lease-fcall`).
 #
 # Env: N (calls counted, default 2000, after 500 uncounted), SCENARIOS (default "expired live"),
-# GROUP (default 32).
+# GROUP (default 32), GROUP_ONLY (1: only the group calls), REDIS_SERVER (default redis-server; a
+# build with symbols names the interpreter's functions in callgrind's profile), KEEP (1: keep the
+# callgrind files, in a directory the script names on stderr). Where in the Lua the group call's
+# bytecodes go: lua_lines.sh.
 # Needs redis-server, redis-cli, redis-benchmark, valgrind (callgrind_control), python3.
 set -euo pipefail
 
@@ -33,8 +36,14 @@ N=${N:-2000}
 GROUP=${GROUP:-32}
 SCENARIOS=${SCENARIOS:-expired live}
 ROOT=$(git rev-parse --show-toplevel)
+GROUP_ONLY=${GROUP_ONLY:-0}
+REDIS_SERVER=${REDIS_SERVER:-redis-server}
 WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
+if [ "${KEEP:-0}" = 1 ]; then
+  echo "callgrind files in $WORK" >&2
+else
+  trap 'rm -rf "$WORK"' EXIT
+fi
 
 # The file at crates/redis/src/$2 in revision $1 (the working tree for `worktree`), or nothing.
 source_file() {
@@ -59,7 +68,7 @@ measure() {
   port=$(free_port)
   dir=$(mktemp -d "$WORK/run.XXXX")
   valgrind --tool=callgrind --callgrind-out-file="$dir/cg.%p" \
-    redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --hz 1 \
+    "$REDIS_SERVER" --port "$port" --bind 127.0.0.1 --save "" --appendonly no --hz 1 \
     >/dev/null 2>"$dir/valgrind.log" &
   pid=$!
   for _ in $(seq 200); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
@@ -144,15 +153,19 @@ for rev in "${@:-worktree}"; do
       args=(1 0)
       for p in "${params[@]}"; do args+=(g 1 ${p//,/ }); done
     fi
-    # shellcheck disable=SC2086
-    per_call=$(measure redis-cli -p @PORT@ -x script load -- \
-      evalsha "$sha" 3 $KEYS "" "${args[@]}" <"$script")
-    printf '%-12s %-13s %-8s %s\n' "$rev" evalsha "$scenario" "$per_call"
-    if [ -n "$library" ]; then
+    if [ "$GROUP_ONLY" != 1 ]; then
       # shellcheck disable=SC2086
-      per_call=$(measure redis-cli -p @PORT@ -x function load replace -- \
-        fcall "tollgate_batch_${sha:0:16}" 3 $KEYS "" "${args[@]}" <"$library")
-      printf '%-12s %-13s %-8s %s\n' "$rev" fcall "$scenario" "$per_call"
+      per_call=$(measure redis-cli -p @PORT@ -x script load -- \
+        evalsha "$sha" 3 $KEYS "" "${args[@]}" <"$script")
+      printf '%-12s %-13s %-8s %s\n' "$rev" evalsha "$scenario" "$per_call"
+    fi
+    if [ -n "$library" ]; then
+      if [ "$GROUP_ONLY" != 1 ]; then
+        # shellcheck disable=SC2086
+        per_call=$(measure redis-cli -p @PORT@ -x function load replace -- \
+          fcall "tollgate_batch_${sha:0:16}" 3 $KEYS "" "${args[@]}" <"$library")
+        printf '%-12s %-13s %-8s %s\n' "$rev" fcall "$scenario" "$per_call"
+      fi
       if grep -q "tollgate_batch_many_" "$library"; then
         # GROUP requests coalesced into one FCALL of batch_many (coalesce.rs), each with its own
         # three keys (random client addresses, the same global key) and arguments: per request.
@@ -173,6 +186,7 @@ for rev in "${@:-worktree}"; do
         printf '%-12s %-13s %-8s %s\n' "$rev" "group$GROUP" "$scenario" "$((per_call / GROUP))"
       fi
     fi
+    [ "$GROUP_ONLY" = 1 ] && continue
     lease_key=${KEYS%% *}
     # shellcheck disable=SC2206
     lease_args=("" 1 100 ${params[0]//,/ })
