@@ -122,34 +122,26 @@ local function batch_decide(keys, base, n, now, cost, specs, reply, commits, car
     if allowed == 0 and spec[2] then
       admitted = false
     end
+    -- GCRA's reply is `allowed` and one value, an admission's reset_after or a denial's
+    -- retry_after (the client derives the other two: TatReply in batch.rs).
     if compact then
       -- Every *_decide answers an admission's retry_after 0 and a denial's remaining 0: the
       -- format holds those and `allowed` (the shape), the reply the others.
       if allowed == 1 and retry == 0 then
         shape = shape * 2 + 1
-        if code == 'g' then
-          reply[m + 1], m = reset, m + 1
-        else
-          reply[m + 1], reply[m + 2], m = remaining, reset, m + 2
-        end
       elseif allowed == 0 and remaining == 0 then
         shape = shape * 2
-        if code == 'g' then
-          reply[m + 1], m = retry, m + 1
-        else
-          reply[m + 1], reply[m + 2], m = retry, reset, m + 2
-        end
       else
         error({err = 'ERR a decision of ' .. shown(code) .. ' is not an admission or a denial'})
       end
-    elseif code == 'g' then
-      -- GCRA's two values, every value formatted (see reply_text).
-      reply[m + 1], m = allowed, m + 2
-      if allowed == 1 then
-        reply[m] = reset
+      if code == 'g' then
+        reply[m + 1], m = allowed == 1 and reset or retry, m + 1
       else
-        reply[m] = retry
+        reply[m + 1], reply[m + 2], m = allowed == 1 and remaining or retry, reset, m + 2
       end
+    elseif code == 'g' then
+      -- Every value formatted (see reply_text).
+      reply[m + 1], reply[m + 2], m = allowed, allowed == 1 and reset or retry, m + 2
     else
       reply[m + 1], reply[m + 2], reply[m + 3], reply[m + 4] = allowed, remaining, retry, reset
       m = m + 4
