@@ -85,8 +85,7 @@ impl<C: Clock> StripedLimiter<C> {
     /// Whether decisions currently take the alone path (plain GCRA on the shared word). Feature
     /// `diagnostics`.
     pub fn is_alone(&self) -> bool {
-        // Relaxed: a diagnostic snapshot of a hint.
-        self.shared.alone.load(Ordering::Relaxed)
+        self.shared.is_alone()
     }
 
     /// Leaves the alone path as a failed compare-and-swap on it does, for models and tests that

@@ -6,7 +6,7 @@
 //! idle ([`is_idle_at`](StripedLimiter::is_idle_at)).
 
 use crossbeam_utils::CachePadded;
-use tollgate_core::{Clock, Nanos};
+use tollgate_core::{Algorithm, Clock, Nanos};
 
 use crate::limiter::StripedLimiter;
 use crate::shared::Shared;
@@ -20,7 +20,11 @@ impl<C: Clock> StripedLimiter<C> {
     /// after the read are not seen (looser by at most what its in-flight callers take).
     pub fn with_shared_tat(self, tat: Nanos) -> Self {
         StripedLimiter {
-            shared: CachePadded::new(Shared::new(tat, !self.always_lease)),
+            shared: CachePadded::new(Shared::new(
+                tat,
+                !self.always_lease,
+                self.gcra.quota().burst(),
+            )),
             ..self
         }
     }

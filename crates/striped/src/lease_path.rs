@@ -163,8 +163,8 @@ impl<C: Clock> StripedLimiter<C> {
                 };
                 if streak >= ALONE_AFTER && !self.always_lease {
                     // This stripe alone has taken from the shared word `ALONE_AFTER` times running:
-                    // nobody else is deciding. Relaxed: a hint (see `Shared::alone`).
-                    self.shared.alone.store(true, Ordering::Relaxed);
+                    // nobody else is deciding.
+                    self.shared.go_alone();
                     stripe.alone_streak.store(0, Ordering::Relaxed);
                 } else {
                     stripe.alone_streak.store(streak, Ordering::Relaxed);

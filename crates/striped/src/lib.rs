@@ -10,8 +10,10 @@
 //! # When to use it
 //! Many threads, one hot quota (a service-wide cap in a proxy). One thread alone decides as plain
 //! [`tollgate_core::GcraLimiter`] does (see "One thread alone"), and a denial costs what plain GCRA's
-//! does plus the read of one flag (see "The cached denial"; `results/striped`: 28 instructions
-//! against 24, 1.10-1.17x the time), so a flood over the cap does not pay for the leases. Decisions are the core [`Decision`](tollgate_core::Decision)s; a cost above the burst
+//! does plus the read of one switch, which also stands for GCRA's cost check (see "One thread
+//! alone"; `results/striped`: 26 instructions against 24 at a fixed instant), so a flood over the
+//! cap does not pay for the leases. Decisions are the core
+//! [`Decision`](tollgate_core::Decision)s; a cost above the burst
 //! is a [`CheckError`](tollgate_core::CheckError). `remaining` and `reset_after` are approximate
 //! (this stripe's lease plus what the shared state had free when the lease was taken).
 //!
@@ -87,17 +89,20 @@
 //! A limiter used by one thread at a time gains nothing from leases. It starts on the *alone path*:
 //! `check_at` decides with plain GCRA on the shared word (the same CAS loop and transition as
 //! [`tollgate_core::GcraLimiter`], so its decisions are that limiter's, exactly), after one `Relaxed`
-//! load of a flag on a cache line of its own (beside the shared word it would move between cores
-//! with every lease). A denial writes nothing, so it is answered before the CAS loop. The limiter
-//! knows it is alone for free: a
+//! load of a switch on a cache line of its own (beside the shared word it would move between cores
+//! with every lease). The switch is the bound of the costs the alone path decides: `burst + 1`
+//! while it is on, 0 while off, so one compare tests both the switch and the cost check plain GCRA
+//! makes (a cost above the burst goes to the stripes' path, which refuses it as GCRA does). A
+//! denial writes nothing, so it is answered before the CAS loop. The limiter knows it is alone for
+//! free: a
 //! compare-and-swap on the shared word fails only when another thread wrote the word between our read
-//! and our CAS; the first such failure clears the flag and every thread goes to its stripe from its
+//! and our CAS; the first such failure turns the switch off and every thread goes to its stripe from its
 //! next decision. Conversely, a stripe that takes four leases in a row with
 //! the shared TAT still at its previous lease's end (nobody else took from the shared word in between:
-//! the give-back test of the lease transition) sets the flag again. Denials never write, so a flood of
-//! denials stays on the alone path at any thread count. The flag is a hint: both paths keep Invariant
+//! the give-back test of the lease transition) turns it on again. Denials never write, so a flood of
+//! denials stays on the alone path at any thread count. The switch is a hint: both paths keep Invariant
 //! I (an alone-path admission is a grant of exactly `cost` units at `max(TAT, now)`, the lease
-//! transition with `want = cost`), so the bounds above hold whatever the flag says and however stale
+//! transition with `want = cost`), so the bounds above hold whatever the switch says and however stale
 //! a thread's view of it is; a stale view costs speed (two threads on the shared word for a moment),
 //! never a unit. Units a stripe still holds when the limiter goes alone expire as wasted, within the
 //! stranded-capacity bound. [`StripedConfig::always_lease`] turns the alone path off.
@@ -120,7 +125,7 @@
 //! one `Relaxed` load of the shared word (argued above) behind the word's `Acquire` load, on which it
 //! relies as the lease path does: a reader that finds units in the word must find their `end` (the
 //! loom model `cached_denials_racing_refills_on_one_stripe_admit_exactly_the_burst` fails when that
-//! load is weakened to `Relaxed`). The alone flag is `Relaxed` throughout: it publishes nothing and
+//! load is weakened to `Relaxed`). The alone switch is `Relaxed` throughout: it publishes nothing and
 //! every decision is exact whatever value is read.
 
 mod config;

@@ -118,7 +118,7 @@ impl<C: Clock> StripedLimiter<C> {
             .map(|_| CachePadded::new(Stripe::new(min_lease)))
             .collect();
         Ok(StripedLimiter {
-            shared: CachePadded::new(Shared::new(0, !config.always_lease)),
+            shared: CachePadded::new(Shared::new(0, !config.always_lease, quota.burst())),
             always_lease: config.always_lease,
             timeline: *gcra.timeline(),
             gcra,
@@ -163,9 +163,9 @@ impl<C: Clock> StripedLimiter<C> {
         now: Nanos,
         cost: u64,
     ) -> Result<(Decision, LeaseReceipt), CheckError> {
-        // Relaxed: a hint (see `Shared::alone`); either path decides exactly.
-        if self.shared.alone.load(Ordering::Relaxed) {
-            let (decision, word) = self.alone(now, cost)?;
+        // A hint (see `Shared::alone_below`); either path decides exactly.
+        if self.shared.alone_takes(cost) {
+            let (decision, word) = self.alone(now, cost);
             // An admission of `cost > 0` always moves the TAT (by `cost × T`), so `word` is the
             // end of the units it took; a cost of 0 took nothing.
             let receipt = if decision.is_allowed() && cost > 0 {
@@ -179,36 +179,37 @@ impl<C: Clock> StripedLimiter<C> {
     }
 
     /// The alone path: plain GCRA on the shared word (the same CAS loop and transition as
-    /// [`tollgate_core::GcraLimiter`]), for a thread that found the limiter uncontended. A compare
+    /// [`tollgate_core::GcraLimiter`]), for a thread that found the limiter uncontended, deciding a
+    /// cost of `0..=burst` (`Shared::alone_takes`: the cost check GCRA would make). A compare
     /// and swap that fails (another thread wrote the word between our load and our CAS) is the
     /// contention this path watches for: the limiter turns to its stripes for everyone's next
     /// decision. The decision itself is still exact (the loop re-decides on the word it found).
     /// Returns the decision and the word it was based on or wrote.
     #[inline(always)]
-    fn alone(&self, now: Nanos, cost: u64) -> Result<(Decision, Nanos), CheckError> {
+    fn alone(&self, now: Nanos, cost: u64) -> (Decision, Nanos) {
         // A denial writes nothing, so it is answered before the CAS loop, with nothing to count:
         // the loop's bookkeeping (the tries, the contention it watches for) is left out of a
         // flood's path. The first transition is then the loop's first.
         let current = self.shared.load();
-        let first = self.gcra.decide(current, now, cost)?;
+        let first = self.timeline.transition(current, now, cost);
         if first.next.is_none_or(|next| next == current) {
-            return Ok((first.decision, current));
+            return (first.decision, current);
         }
         let mut first = Some(first);
         let mut tries = 0u32;
         let result = self.shared.update(current, |tat| {
             tries += 1;
-            let transition = match first.take() {
-                Some(first) => first,
-                None => self.gcra.decide(tat, now, cost)?,
-            };
-            Ok((transition.decision, transition.next))
+            let transition = first
+                .take()
+                .unwrap_or_else(|| self.timeline.transition(tat, now, cost));
+            Ok::<_, std::convert::Infallible>((transition.decision, transition.next))
         });
         if tries > 1 {
             // A failed exchange: another thread wrote the word between our read and our CAS.
             self.shared.contended();
         }
-        result
+        let Ok(decided) = result;
+        decided
     }
 
     /// The lease path on the calling thread's stripe `index`, whose word `word` (read with
@@ -372,9 +373,9 @@ impl<C: Clock> Limiter for StripedLimiter<C> {
     /// grants are not seen).
     #[inline(always)]
     fn check_at(&self, now: Nanos, cost: u64) -> Result<Decision, CheckError> {
-        // Relaxed: a hint (see `Shared::alone`); either path decides exactly.
-        if self.shared.alone.load(Ordering::Relaxed) {
-            return self.alone(now, cost).map(|(decision, _)| decision);
+        // A hint (see `Shared::alone_below`); either path decides exactly.
+        if self.shared.alone_takes(cost) {
+            return Ok(self.alone(now, cost).0);
         }
         let index = self.current_stripe();
         // Acquire: as the word's load in `on_stripe` (the `end` the lease path may read next must

@@ -5,10 +5,10 @@
 //! this very code.
 
 #[cfg(tollgate_loom)]
-pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+pub(crate) use loom::sync::atomic::{AtomicU64, Ordering};
 
 #[cfg(not(tollgate_loom))]
-pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+pub(crate) use std::sync::atomic::{AtomicU64, Ordering};
 
 /// This thread's ordinal: 0 for the first thread that asks, 1 for the next, and so on (round robin
 /// over stripes once masked). Assigned at first use and kept for the thread's life, so it works for

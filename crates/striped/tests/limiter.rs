@@ -474,6 +474,46 @@ fn one_thread_alone_takes_no_lease_and_contention_sends_it_to_the_stripes() {
     assert!(!l.is_alone());
 }
 
+/// The alone path takes the costs `0..=burst` (its switch is that bound); a cost above the burst
+/// goes to the stripes' path, which refuses it as plain GCRA does. Every cost is answered as GCRA
+/// answers it, with no lease taken.
+#[test]
+fn every_cost_on_the_alone_path_is_answered_as_gcra_answers_it() {
+    let quota = Quota::per_second(10).unwrap().with_burst(8).unwrap();
+    let config = StripedConfig::default()
+        .stripes(2)
+        .lease(LeaseSize::Fixed(4));
+    let l = StripedLimiter::with_config(quota, config, ManualClock::new()).unwrap();
+    let gcra = tollgate_core::GcraLimiter::with_clock(quota, ManualClock::new()).unwrap();
+    for (now, cost) in [(0, 3), (0, 0), (0, 8), (0, 0), (T, 1), (T, 9), (T, 0)] {
+        assert_eq!(
+            l.check_at(now, cost),
+            gcra.check_at(now, cost),
+            "cost {cost} at {now}"
+        );
+        assert!(l.is_alone(), "cost {cost} at {now}");
+    }
+    assert_eq!(
+        l.check_at(T, 9),
+        Err(CheckError::CostExceedsCapacity {
+            cost: 9,
+            capacity: 8
+        })
+    );
+    assert_eq!(
+        (l.shared_tat(), l.stranded_units()),
+        (4 * T, 0),
+        "3 and 1 admitted, no lease"
+    );
+    // In debt (a charge 16 T past the depth), a cost of 0 is refused too, as GCRA refuses it.
+    assert!(l.charge_at(T, 20));
+    assert_eq!(
+        l.check_at(T, 0).unwrap().retry_after(),
+        Some(Duration::from_nanos(15 * T))
+    );
+    assert!(l.is_alone());
+}
+
 #[test]
 fn is_idle_at_answers_from_the_callers_lease_and_never_before_the_shared_word() {
     let quota = Quota::per_second(10).unwrap().with_burst(8).unwrap();
