@@ -64,13 +64,8 @@ impl<C: Clock> StripedLimiter<C> {
                         Ordering::Acquire,
                     ) {
                         Ok(_) => {
-                            // Units whose positions time has passed left the lease unused: count
-                            // them as wasted. Relaxed RMW: a diagnostic counter that publishes
-                            // nothing; an RMW because other threads on this stripe add to it too.
-                            let dead = word.units().saturating_sub(alive);
-                            if dead > 0 {
-                                stripe.wasted.fetch_add(dead, Ordering::Relaxed);
-                            }
+                            // Units whose positions time has passed left the lease unused.
+                            stripe.count_wasted(word.units().saturating_sub(alive));
                             let receipt = LeaseReceipt::Lease {
                                 stripe: index,
                                 generation: word.generation(),
@@ -177,8 +172,8 @@ impl<C: Clock> StripedLimiter<C> {
                 let free = self.timeline.available(new_end, now);
                 stripe.tat_seen.store(new_end, Ordering::Relaxed);
                 stripe.free_seen.store(free, Ordering::Relaxed);
-                // RMW: fast-path callers that won their CAS before our lock may still be adding.
-                stripe.wasted.fetch_add(lost, Ordering::Relaxed);
+                // Fast-path callers that won their CAS before our lock may still be adding.
+                stripe.count_wasted(lost);
                 // Release: a fast-path reader that Acquire-loads `end` and finds this value must
                 // also find our lock (see `on_stripe`: argued, not loom-checkable).
                 stripe.end.store(new_end, Ordering::Release);
@@ -193,8 +188,7 @@ impl<C: Clock> StripedLimiter<C> {
                 (Self::allowed(units - cost, free, new_end, now), receipt)
             }
             Grant::Denied { tat } => {
-                // RMW: as above.
-                stripe.wasted.fetch_add(dead, Ordering::Relaxed);
+                stripe.count_wasted(dead);
                 stripe.size.store(size, Ordering::Relaxed);
                 // Release: unlock, keeping the old lease's live units (fewer than `cost`); a reader
                 // of this word needs the `end` our lock acquired (loom-tests/tests/striped.rs:

@@ -2,6 +2,8 @@
 
 use crate::lease::LeaseWord;
 use crate::sync::AtomicU64;
+#[cfg(feature = "diagnostics")]
+use crate::sync::Ordering;
 
 /// One stripe: its lease word and the lease's bookkeeping, alone on its cache line(s).
 ///
@@ -24,7 +26,11 @@ pub(crate) struct Stripe {
     /// Units the shared state had free right after the current lease was taken (for the approximate
     /// `remaining`).
     pub(crate) free_seen: AtomicU64,
-    /// Units that expired unused or could not be given back (diagnostics; monotone).
+    /// Units that expired unused or could not be given back (monotone). Read only by
+    /// `stranded_units` (feature `diagnostics`), so kept only in that build: in any other, a
+    /// leased decision would pay an atomic add whenever time had passed units of its lease by
+    /// (every decision of a quota faster than its callers).
+    #[cfg(feature = "diagnostics")]
     pub(crate) wasted: AtomicU64,
     /// Refills in a row that found the shared TAT at this stripe's previous lease end (nobody else
     /// took from the shared word in between); at [`ALONE_AFTER`](crate::shared::ALONE_AFTER) the
@@ -42,8 +48,22 @@ impl Stripe {
             installed: AtomicU64::new(0),
             tat_seen: AtomicU64::new(0),
             free_seen: AtomicU64::new(0),
+            #[cfg(feature = "diagnostics")]
             wasted: AtomicU64::new(0),
             alone_streak: AtomicU64::new(0),
         }
+    }
+
+    /// Counts `units` as wasted (see `wasted`; nothing without feature `diagnostics`).
+    #[inline(always)]
+    pub(crate) fn count_wasted(&self, units: u64) {
+        #[cfg(feature = "diagnostics")]
+        if units > 0 {
+            // Relaxed RMW: a diagnostic counter that publishes nothing; an RMW because other
+            // threads on this stripe add to it too.
+            self.wasted.fetch_add(units, Ordering::Relaxed);
+        }
+        #[cfg(not(feature = "diagnostics"))]
+        let _ = units;
     }
 }
