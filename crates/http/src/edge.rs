@@ -143,9 +143,14 @@ impl<C: Clock + Clone + 'static> PolicyEdge<C> {
         self
     }
 
-    /// Changes the descriptor names in place.
-    pub fn names_mut(&mut self) -> &mut DescriptorNames {
-        &mut self.names
+    /// Also passes request header `header` to the policy as descriptor `name`
+    /// ([`DescriptorNames::header`]): an absent, empty or non-text value leaves it out.
+    ///
+    /// # Errors
+    /// [`DescriptorSourceError`] for an invalid header name, or past 13 headers.
+    pub fn header(mut self, header: &str, name: &str) -> Result<Self, DescriptorSourceError> {
+        self.names = std::mem::take(&mut self.names).header(header, name)?;
+        Ok(self)
     }
 
     pub(crate) fn descriptor_sources(&mut self) -> (&mut Option<ClientIp>, &mut DescriptorNames) {

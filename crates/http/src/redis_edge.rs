@@ -11,7 +11,9 @@ use tollgate_policy::RedisPolicy;
 use crate::PolicyFields;
 use crate::cost::{RequestCost, UnitCost};
 use crate::decide::{Decide, Decided, LaterVerdict, ResponseSettings, Sealed};
-use crate::edge::{DescriptorNames, EdgeVerdict, RequestFacts, with_descriptors};
+use crate::edge::{
+    DescriptorNames, DescriptorSourceError, EdgeVerdict, RequestFacts, with_descriptors,
+};
 use crate::key::{ClientIp, RequestHead};
 use crate::layer::{GateBuilder, GateLayer};
 use crate::policy_layer::{EdgeDescriptors, rendered};
@@ -52,9 +54,14 @@ impl RedisPolicyEdge {
         self
     }
 
-    /// Changes the descriptor names in place.
-    pub fn names_mut(&mut self) -> &mut DescriptorNames {
-        &mut self.names
+    /// Also passes request header `header` to the policy as descriptor `name`
+    /// ([`DescriptorNames::header`]): an absent, empty or non-text value leaves it out.
+    ///
+    /// # Errors
+    /// [`DescriptorSourceError`] for an invalid header name, or past 13 headers.
+    pub fn header(mut self, header: &str, name: &str) -> Result<Self, DescriptorSourceError> {
+        self.names = std::mem::take(&mut self.names).header(header, name)?;
+        Ok(self)
     }
 
     /// Decides `facts` for `cost` units on Redis.

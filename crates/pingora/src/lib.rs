@@ -165,8 +165,7 @@ impl<C: Clock + Clone + 'static> PingoraLimiter<C> {
         header: HeaderName,
         descriptor: &str,
     ) -> Result<Self, DescriptorSourceError> {
-        let names = self.edge.names_mut();
-        *names = std::mem::take(names).header(header.as_str(), descriptor)?;
+        self.edge = self.edge.header(header.as_str(), descriptor)?;
         Ok(self)
     }
 

@@ -146,8 +146,7 @@ impl<C: Clock + Clone + 'static> PingoraSettle<C> {
         header: HeaderName,
         descriptor: &str,
     ) -> Result<Self, DescriptorSourceError> {
-        let names = self.edge.names_mut();
-        *names = std::mem::take(names).header(header.as_str(), descriptor)?;
+        self.edge = self.edge.header(header.as_str(), descriptor)?;
         Ok(self)
     }
 
