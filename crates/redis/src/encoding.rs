@@ -259,99 +259,74 @@ fn untag(raw: &str, params: Result<ScriptParams, QuotaError>) -> Result<&str, St
     }
 }
 
-/// GCRA in Redis: the key is a string, the TAT in nanoseconds since the Unix epoch (the core's state
-/// word, in decimal), then `;` and the quota tag (see the trait's docs).
-///
-/// **Exact for every quota whose bucket depth is below 2^51 units**, the unit being
-/// `gcd(interval, 1000 ns)`: the script splits the stored TAT into whole µs and nanoseconds and
-/// computes relative to `now` in that unit, so the emission interval need not be a whole number of
-/// µs (e.g. 3/s, 333 333 334 ns). That covers every depth below 26 days, and every depth below 71
-/// years when the interval is whole µs. Beyond that, [`redis_quota`](RedisEncoding::redis_quota)
-/// rounds the interval up to whole µs: a rate lower by less than 1 µs per interval (a relative
-/// error below `1 µs / interval`), and exact again for that quota. The only rounding a µs clock
-/// forces is then that `now`
-/// is a whole µs: decisions, `retry_after` and `reset_after` are the core's at that instant, to the
-/// nanosecond. A TAT past 2^53 µs (year 2255) is refused (denied, never).
-impl RedisEncoding for Gcra {
-    const KEY_TYPE: KeyType = KeyType::String;
+/// The encoding of an algorithm whose state word is a TAT ([`Gcra`], and [`LeakyBucket`]'s
+/// `empty_at`): the GCRA scripts, the key format and the exactness documented on the two impls.
+macro_rules! tat_encoding {
+    ($(#[$doc:meta])* $algorithm:ty) => {
+        $(#[$doc])*
+        impl RedisEncoding for $algorithm {
+            const KEY_TYPE: KeyType = KeyType::String;
 
-    fn script() -> &'static Script {
-        &GCRA
-    }
+            fn script() -> &'static Script {
+                &GCRA
+            }
 
-    fn refund_script() -> Option<&'static Script> {
-        Some(&GCRA_REFUND)
-    }
+            fn refund_script() -> Option<&'static Script> {
+                Some(&GCRA_REFUND)
+            }
 
-    fn charge_script() -> Option<&'static Script> {
-        Some(&GCRA_CHARGE)
-    }
+            fn charge_script() -> Option<&'static Script> {
+                Some(&GCRA_CHARGE)
+            }
 
-    fn refund_cost(&self, cost: u64) -> Option<u64> {
-        tat_refund_cost(self.quota(), cost)
-    }
+            fn refund_cost(&self, cost: u64) -> Option<u64> {
+                tat_refund_cost(self.quota(), cost)
+            }
 
-    fn redis_quota(quota: Quota) -> Result<Quota, QuotaError> {
-        gcra_quota(quota)
-    }
+            fn redis_quota(quota: Quota) -> Result<Quota, QuotaError> {
+                gcra_quota(quota)
+            }
 
-    fn script_params(&self) -> Result<ScriptParams, QuotaError> {
-        TatUnits::for_quota(self.quota()).map(TatUnits::params)
-    }
+            fn script_params(&self) -> Result<ScriptParams, QuotaError> {
+                TatUnits::for_quota(self.quota()).map(TatUnits::params)
+            }
 
-    fn encode(&self, word: u64) -> Vec<String> {
-        tat_encode(word, self.script_params())
-    }
+            fn encode(&self, word: u64) -> Vec<String> {
+                tat_encode(word, self.script_params())
+            }
 
-    fn decode(&self, values: &[Option<String>]) -> Result<u64, String> {
-        tat_decode(values, self.script_params())
-    }
+            fn decode(&self, values: &[Option<String>]) -> Result<u64, String> {
+                tat_decode(values, self.script_params())
+            }
 
-    fn ttl(&self, tat: u64, now: Nanos) -> Nanos {
-        tat.saturating_sub(now)
-    }
+            fn ttl(&self, tat: u64, now: Nanos) -> Nanos {
+                tat.saturating_sub(now)
+            }
+        }
+    };
 }
 
-/// The leaky bucket meter is GCRA with `empty_at` as the TAT (see [`LeakyBucket`]): the same script,
-/// key format and exactness as [`Gcra`]'s encoding.
-impl RedisEncoding for LeakyBucket {
-    const KEY_TYPE: KeyType = KeyType::String;
+tat_encoding! {
+    /// GCRA in Redis: the key is a string, the TAT in nanoseconds since the Unix epoch (the core's state
+    /// word, in decimal), then `;` and the quota tag (see the trait's docs).
+    ///
+    /// **Exact for every quota whose bucket depth is below 2^51 units**, the unit being
+    /// `gcd(interval, 1000 ns)`: the script splits the stored TAT into whole µs and nanoseconds and
+    /// computes relative to `now` in that unit, so the emission interval need not be a whole number of
+    /// µs (e.g. 3/s, 333 333 334 ns). That covers every depth below 26 days, and every depth below 71
+    /// years when the interval is whole µs. Beyond that, [`redis_quota`](RedisEncoding::redis_quota)
+    /// rounds the interval up to whole µs: a rate lower by less than 1 µs per interval (a relative
+    /// error below `1 µs / interval`), and exact again for that quota. The only rounding a µs clock
+    /// forces is then that `now`
+    /// is a whole µs: decisions, `retry_after` and `reset_after` are the core's at that instant, to the
+    /// nanosecond. A TAT past 2^53 µs (year 2255) is refused (denied, never).
+    Gcra
+}
 
-    fn script() -> &'static Script {
-        &GCRA
-    }
-
-    fn refund_script() -> Option<&'static Script> {
-        Some(&GCRA_REFUND)
-    }
-
-    fn charge_script() -> Option<&'static Script> {
-        Some(&GCRA_CHARGE)
-    }
-
-    fn refund_cost(&self, cost: u64) -> Option<u64> {
-        tat_refund_cost(self.quota(), cost)
-    }
-
-    fn redis_quota(quota: Quota) -> Result<Quota, QuotaError> {
-        gcra_quota(quota)
-    }
-
-    fn script_params(&self) -> Result<ScriptParams, QuotaError> {
-        TatUnits::for_quota(self.quota()).map(TatUnits::params)
-    }
-
-    fn encode(&self, word: u64) -> Vec<String> {
-        tat_encode(word, self.script_params())
-    }
-
-    fn decode(&self, values: &[Option<String>]) -> Result<u64, String> {
-        tat_decode(values, self.script_params())
-    }
-
-    fn ttl(&self, empty_at: u64, now: Nanos) -> Nanos {
-        empty_at.saturating_sub(now)
-    }
+tat_encoding! {
+    /// The leaky bucket meter is GCRA with `empty_at` as the TAT (see [`LeakyBucket`]): the same script,
+    /// key format and exactness as [`Gcra`]'s encoding.
+    LeakyBucket
 }
 
 /// [`RedisEncoding::redis_quota`] for the windows: the period rounded up to whole µs.
