@@ -7,7 +7,7 @@
 //!   script per slot group with compensating refunds: the decisions and the stored counts are those
 //!   of the same policy on one node.
 
-/// The cluster harness, which finds `ping` and `command_calls` in its parent module.
+/// The cluster harness, which finds `answers_as` and `command_calls` in its parent module.
 #[path = "../../redis/tests/common/cluster.rs"]
 mod cluster;
 #[path = "../../redis/tests/common/redis_server.rs"]
@@ -16,7 +16,7 @@ mod redis_server;
 use std::time::Duration;
 
 use cluster::RedisCluster;
-use redis_server::{RedisServer, command, command_calls, ping};
+use redis_server::{RedisServer, answers_as, command, command_calls};
 use tollgate_policy::{ConfigErrorKind, PolicyConfig, RedisPolicy, RedisSettings};
 use tollgate_redis::{Durability, RedisConfig, slot};
 

@@ -6,7 +6,7 @@
 //! * A global rule beside them (another slot): one script per slot with compensating refunds; the
 //!   global rule counts only the admitted calls.
 
-/// The cluster harness, which finds `ping` and `command_calls` in its parent module.
+/// The cluster harness, which finds `answers_as` and `command_calls` in its parent module.
 #[path = "../../redis/tests/common/cluster.rs"]
 mod cluster;
 mod common;
@@ -18,7 +18,7 @@ use std::time::Duration;
 use cluster::{RedisCluster, slot};
 use common::{Server, descriptor, request, temp_dir};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
-use redis_server::{command, command_calls, ping};
+use redis_server::{answers_as, command, command_calls, ping};
 
 fn config(url: &str) -> String {
     let domain = |name: &str, tag: &str, global: bool| {

@@ -99,8 +99,24 @@ impl RedisCluster {
             node.spawn(node_timeout);
             cluster.nodes.push(node);
         }
-        for node in &cluster.nodes {
-            node.wait_ping();
+        for node in &mut cluster.nodes {
+            // A port chosen free may be taken before the node binds it (by another test's server,
+            // or as a client connection's ephemeral port): the node then exits. Start it again on
+            // two other ports (the cluster is not formed yet, so no other node knows them).
+            let mut starts = 1;
+            while !node.answers_ping() {
+                assert!(
+                    starts < 5,
+                    "cluster node on port {} did not answer (log: {})",
+                    node.port,
+                    node.log_path().display()
+                );
+                node.kill();
+                let ports = free_ports(2);
+                (node.port, node.bus_port) = (ports[0], ports[1]);
+                node.spawn(node_timeout);
+                starts += 1;
+            }
         }
         let addrs: Vec<String> = cluster
             .nodes
@@ -359,15 +375,12 @@ impl Node {
         }
     }
 
-    fn wait_ping(&self) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if super::ping(self.port) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10)); // polling for readiness, not a race
-        }
-        panic!("cluster node on port {} did not answer PING", self.port);
+    /// Whether the node comes to answer as itself within 10 s (not another test's server on its
+    /// port); `false` at once when its process has exited.
+    fn answers_ping(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|child| super::answers_as(self.port, child))
     }
 
     fn kill(&mut self) {

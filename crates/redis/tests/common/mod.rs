@@ -5,7 +5,7 @@ pub mod cluster;
 mod redis_server;
 
 #[allow(unused_imports)] // each test binary uses some of these
-pub use redis_server::{RedisServer, command, command_calls, info, ping};
+pub use redis_server::{RedisServer, answers_as, command, command_calls, info, ping};
 
 use std::time::Duration;
 

@@ -36,7 +36,7 @@ impl RedisServer {
             child: None,
             extra: args.iter().map(|a| (*a).to_owned()).collect(),
         };
-        server.spawn();
+        server.spawn_on_a_free_port();
         server
     }
 
@@ -64,7 +64,8 @@ impl RedisServer {
             .map(str::to_owned)
             .to_vec(),
         };
-        server.spawn();
+        server.spawn_on_a_free_port();
+        let port = server.port;
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
             let linked = info(port, "replication").contains("master_link_status:up");
@@ -123,8 +124,39 @@ impl RedisServer {
         self.spawn();
     }
 
+    /// Starts the server on its port and waits (10 s at most) until it answers as itself; panics
+    /// otherwise.
     fn spawn(&mut self) {
-        let child = Command::new("redis-server")
+        if !self.spawn_and_wait() {
+            panic!(
+                "redis-server on port {} did not answer PING within 10 s",
+                self.port
+            );
+        }
+    }
+
+    /// [`spawn`](Self::spawn) for a new server: a port chosen free may be taken before the server
+    /// binds it (by another test's server, or as a client connection's ephemeral port), and the
+    /// server then exits: start it again on another free port (4 tries).
+    fn spawn_on_a_free_port(&mut self) {
+        for _ in 1..5 {
+            if self.spawn_and_wait() {
+                return;
+            }
+            self.kill();
+            self.port = TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("no free loopback port")
+                .port();
+        }
+        self.spawn();
+    }
+
+    /// Starts the server and waits until the Redis on its port is this child (`INFO server`'s
+    /// `process_id`: not another test's server that holds the port), at most 10 s; `false` when
+    /// the child exits first or the time runs out.
+    fn spawn_and_wait(&mut self) -> bool {
+        let mut child = Command::new("redis-server")
             .args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .args(&self.extra)
@@ -137,19 +169,27 @@ impl RedisServer {
                      (Debian/Ubuntu: `apt-get install -y redis-server`) so `redis-server` is on PATH"
                 )
             });
+        let answers = answers_as(self.port, &mut child);
         self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if ping(self.port) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10)); // polling for readiness, not a race
-        }
-        panic!(
-            "redis-server on port {} did not answer PING within 10 s",
-            self.port
-        );
+        answers
     }
+}
+
+/// Whether the Redis on `127.0.0.1:port` comes to answer as `child` (its `INFO server`
+/// `process_id`) within 10 s; `false` at once when `child` exits.
+pub fn answers_as(port: u16, child: &mut Child) -> bool {
+    let ours = format!("process_id:{}", child.id());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if info(port, "server").lines().any(|l| l.trim() == ours) {
+            return true;
+        }
+        if matches!(child.try_wait(), Ok(Some(_))) {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10)); // polling for readiness, not a race
+    }
+    false
 }
 
 impl Drop for RedisServer {
