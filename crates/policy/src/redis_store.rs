@@ -15,7 +15,7 @@ use std::time::Duration;
 use smallvec::SmallVec;
 
 use tollgate_core::{
-    CheckError, Decision, FixedWindow, Gcra, LeakyBucket, Nanos, Quota, SlidingWindow,
+    CheckError, Decision, FixedWindow, Gcra, LeakyBucket, Nanos, Quota, QuotaError, SlidingWindow,
 };
 use tollgate_redis::{
     BatchEncoding, BatchKey, BatchLimit, BreakerConfig, Connection, Durability, Error, FaultPolicy,
@@ -129,6 +129,16 @@ where
     fn batch_limit(&self) -> BatchLimit {
         RedisLimiter::batch_limit(self)
     }
+}
+
+/// A per-call limiter of algorithm `A` (a [`RedisLimiter`] behind [`PerCall`]).
+fn per_call<A>(conn: Connection, quota: Quota, config: RedisConfig) -> Result<Limiter, QuotaError>
+where
+    A: BatchEncoding + Send + Sync + 'static,
+{
+    Ok(Limiter::PerCall(Box::new(RedisLimiter::<A, _>::new(
+        conn, quota, config,
+    )?)))
 }
 
 /// Everything a limiter is built from: equal specs reuse the limiter across reloads (a leased one
@@ -327,19 +337,18 @@ impl RedisStore {
                             (Some(lease), _) => Limiter::Lease(Box::new(
                                 LeasedLimiter::new(conn, quota, c, lease).map_err(err)?,
                             )),
-                            (None, AlgorithmKind::Gcra) => Limiter::PerCall(Box::new(
-                                RedisLimiter::<Gcra, _>::new(conn, quota, c).map_err(err)?,
-                            )),
-                            (None, AlgorithmKind::LeakyBucket) => Limiter::PerCall(Box::new(
-                                RedisLimiter::<LeakyBucket, _>::new(conn, quota, c).map_err(err)?,
-                            )),
-                            (None, AlgorithmKind::FixedWindow) => Limiter::PerCall(Box::new(
-                                RedisLimiter::<FixedWindow, _>::new(conn, quota, c).map_err(err)?,
-                            )),
-                            (None, AlgorithmKind::SlidingWindow) => Limiter::PerCall(Box::new(
-                                RedisLimiter::<SlidingWindow, _>::new(conn, quota, c)
-                                    .map_err(err)?,
-                            )),
+                            (None, AlgorithmKind::Gcra) => {
+                                per_call::<Gcra>(conn, quota, c).map_err(err)?
+                            }
+                            (None, AlgorithmKind::LeakyBucket) => {
+                                per_call::<LeakyBucket>(conn, quota, c).map_err(err)?
+                            }
+                            (None, AlgorithmKind::FixedWindow) => {
+                                per_call::<FixedWindow>(conn, quota, c).map_err(err)?
+                            }
+                            (None, AlgorithmKind::SlidingWindow) => {
+                                per_call::<SlidingWindow>(conn, quota, c).map_err(err)?
+                            }
                         };
                         let batch = match &limiter {
                             Limiter::PerCall(l) => Some(l.batch_limit()),
