@@ -104,7 +104,7 @@ impl RedisCluster {
             // or as a client connection's ephemeral port): the node then exits. Start it again on
             // two other ports (the cluster is not formed yet, so no other node knows them).
             let mut starts = 1;
-            while !node.answers_ping() {
+            while !node.answers() {
                 assert!(
                     starts < 5,
                     "cluster node on port {} did not answer (log: {})",
@@ -377,7 +377,7 @@ impl Node {
 
     /// Whether the node comes to answer as itself within 10 s (not another test's server on its
     /// port); `false` at once when its process has exited.
-    fn answers_ping(&mut self) -> bool {
+    fn answers(&mut self) -> bool {
         self.child
             .as_mut()
             .is_some_and(|child| super::answers_as(self.port, child))

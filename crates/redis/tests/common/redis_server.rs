@@ -26,11 +26,7 @@ impl RedisServer {
     /// Starts a server as [`start`](Self::start) does, with more `redis-server` arguments (e.g.
     /// `--rename-command FCALL ""`).
     pub fn start_with(args: &[&str]) -> RedisServer {
-        // `--port 0` is not supported: take a free port from the OS, release it, hand it over.
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("no free loopback port")
-            .port();
+        let port = free_port();
         let mut server = RedisServer {
             port,
             child: None,
@@ -46,10 +42,7 @@ impl RedisServer {
         // Redis 7 waits 5 s by default before a diskless full sync, for more replicas to join.
         let set = command(primary, &["CONFIG", "SET", "repl-diskless-sync-delay", "0"]);
         assert_eq!(set, "OK", "CONFIG SET on the primary");
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("no free loopback port")
-            .port();
+        let port = free_port();
         let mut server = RedisServer {
             port,
             child: None,
@@ -129,7 +122,7 @@ impl RedisServer {
     fn spawn(&mut self) {
         if !self.spawn_and_wait() {
             panic!(
-                "redis-server on port {} did not answer PING within 10 s",
+                "redis-server on port {} did not answer as itself within 10 s",
                 self.port
             );
         }
@@ -144,10 +137,7 @@ impl RedisServer {
                 return;
             }
             self.kill();
-            self.port = TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .expect("no free loopback port")
-                .port();
+            self.port = free_port();
         }
         self.spawn();
     }
@@ -173,6 +163,15 @@ impl RedisServer {
         self.child = Some(child);
         answers
     }
+}
+
+/// A free loopback port: `--port 0` is not supported, so one the OS gave us, released and handed
+/// over (it may be taken again before the server binds it: see `spawn_on_a_free_port`).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("no free loopback port")
+        .port()
 }
 
 /// Whether the Redis on `127.0.0.1:port` comes to answer as `child` (its `INFO server`
