@@ -597,9 +597,66 @@ async fn a_group_call_holding_its_gcra_states_leaves_them_as_one_after_the_other
     .await;
 }
 
+/// The same where the requests bring their own times, earlier and later than the states the call
+/// holds (a TAT ahead of a request's now, and one already past; one whose cost runs past the
+/// scripts' time limit; and a TAT more than 2^52 µs ahead, an error), with costs from 0 to the
+/// burst and one above it (refused by the client). Three quotas have a unit of 1 µs (an interval of whole µs), which the call
+/// decides without gcra_decide where it holds the key's state (batch.lua; one of them an interval
+/// of 1 000 250 µs, not whole ms: its TTLs round up), and one does not (3/s), which it never
+/// does.
+#[tokio::test(flavor = "current_thread")]
+async fn a_group_call_of_requests_at_their_own_times_leaves_them_as_one_after_the_other() {
+    let quota = Quota::per_second(10).unwrap().with_burst(6).unwrap();
+    let other = Quota::per_second(4).unwrap().with_burst(3).unwrap();
+    let odd_ms = Quota::per(Duration::from_micros(2_000_500), 2)
+        .unwrap()
+        .with_burst(3)
+        .unwrap();
+    let odd = Quota::per_second(3).unwrap().with_burst(2).unwrap();
+    group_call_at_times_equals_one_by_one(
+        Arc::new([
+            BatchLimit::for_quota::<Gcra>(quota).unwrap(),
+            BatchLimit::for_quota::<LeakyBucket>(other).unwrap(),
+            BatchLimit::for_quota::<Gcra>(odd_ms).unwrap(),
+            BatchLimit::for_quota::<Gcra>(odd).unwrap(),
+        ]),
+        |i| [0, 2, 3][i % 3],
+        |now, i| match i {
+            // 50 ms before the scripts' time limit (2^53 µs): the shared key's cost runs past it.
+            36 => (1 << 53) * 1_000 - 50_000_000,
+            // 10 s before it: admitted, so that the next requests, back at `now`, find the shared
+            // key's TAT more than 2^52 µs ahead of their time: an error, as a stored state that
+            // far ahead is.
+            37 => (1 << 53) * 1_000 - 10_000_000_000,
+            // 0 to 600 ms past `now` in steps of 50 ms, out of order.
+            _ => now + (i as u64 * 7 % 13) * 50_000_000,
+        },
+        |i| match i % 9 {
+            4 => 0,
+            8 => 7,
+            _ => 1 + i as u64 % 3,
+        },
+    )
+    .await;
+}
+
 /// `limits[0]` is the shared enforcing key's, `limits[1]` the shared shadow key's; request `i`'s
 /// own key (one of 8) takes `limits[own(i)]`.
 async fn group_call_equals_one_by_one(limits: Arc<[BatchLimit; 4]>, own: fn(usize) -> usize) {
+    let answers =
+        group_call_at_times_equals_one_by_one(limits, own, |now, _| now, |i| 1 + i as u64 % 3)
+            .await;
+    assert!(answers.iter().all(Result::is_ok), "{answers:?}");
+}
+
+/// As above, request `i` at `time(now, i)`, of cost `cost(i)`. Returns the answers (an error as
+/// its text).
+async fn group_call_at_times_equals_one_by_one(
+    limits: Arc<[BatchLimit; 4]>,
+    own: fn(usize) -> usize,
+    time: fn(Nanos, usize) -> Nanos,
+    cost: fn(usize) -> u64,
+) -> Vec<Result<Vec<Decision>, String>> {
     let server = RedisServer::start();
     let mut conn = raw(&server).await;
     let cfg = |prefix: &str| config().with_prefix(prefix);
@@ -614,13 +671,14 @@ async fn group_call_equals_one_by_one(limits: Arc<[BatchLimit; 4]>, own: fn(usiz
             BatchKey::shadow("shadow", &limits[1]),
             BatchKey::enforcing(&name, &limits[own(i)]),
         ];
-        let cost = 1 + (i as u64 % 3);
+        let (at, cost) = (time(now, i), cost(i));
         if i % 11 == 5 {
-            batch.try_peek_at(&keys, now, cost).await
+            batch.try_peek_at(&keys, at, cost).await
         } else {
-            batch.try_check_at(&keys, now, cost).await
+            batch.try_check_at(&keys, at, cost).await
         }
-        .unwrap()
+        // The same error, naming the key by its own prefix.
+        .map_err(|e| e.to_string().replace("g:", "a:"))
     };
     // Loads the library.
     grouped
@@ -643,6 +701,9 @@ async fn group_call_equals_one_by_one(limits: Arc<[BatchLimit; 4]>, own: fn(usiz
     let after = command_calls(&mut conn).await;
     assert_eq!(after["fcall"] - before["fcall"], 1);
     assert_eq!(coalesced, one_by_one);
+    // The trace admits and denies.
+    let decided: Vec<_> = one_by_one.iter().flatten().flatten().collect();
+    assert!(decided.iter().any(|d| d.is_allowed()) && decided.iter().any(|d| !d.is_allowed()));
     let mut names = vec!["shared".to_owned(), "shadow".to_owned()];
     names.extend((0..8).map(|i| format!("own{i}")));
     for name in names {
@@ -662,6 +723,7 @@ async fn group_call_equals_one_by_one(limits: Arc<[BatchLimit; 4]>, own: fn(usiz
             "{name}: {a_ttl} {g_ttl} within {elapsed} ms"
         );
     }
+    one_by_one
 }
 
 /// With coalescing, concurrent requests go as one `FCALL`, each decided in turn as alone: 39
