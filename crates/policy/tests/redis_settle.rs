@@ -459,6 +459,7 @@ async fn lease_mode_gives_a_surplus_to_the_lease_and_charges_redis() {
                 // Room for both keys whatever their shards: at 16 (one key per shard) "warm" and
                 // "l" shared a shard once in 16 runs and "l" was decided untracked, without a lease.
                 max_keys: 1_024,
+                renew_below: 0,
             }),
             ..settings()
         },

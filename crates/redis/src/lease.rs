@@ -39,6 +39,15 @@ pub struct LeaseConfig {
     /// key's shard is full of live leases, that key is decided by one exact Redis call per request
     /// (a lease of exactly its cost) until room frees up.
     pub max_keys: usize,
+    /// Units left in a live lease below which the admission that leaves fewer takes the key's next
+    /// lease ahead of need (one call at a time per key, as any lease call), so that the requests
+    /// after it go on spending the live lease instead of waiting on a lease call when it runs out:
+    /// a key busier than a round trip to Redis never waits. The next lease's units are spent once
+    /// the live one's are too few or expired, and live one lifetime from their grant, as any
+    /// lease's (see [`LeasedLimiter`]'s error bound). The admission that takes it answers when the
+    /// call ends (its answer already decided; a failed call only leaves no next lease). `0` (the
+    /// default) takes a lease only when a request needs one; at most `size`.
+    pub renew_below: u64,
 }
 
 impl Default for LeaseConfig {
@@ -49,6 +58,7 @@ impl Default for LeaseConfig {
             ttl: Duration::from_millis(100),
             min_grant: 1,
             max_keys: 10_000,
+            renew_below: 0,
         }
     }
 }
@@ -91,17 +101,20 @@ struct Local {
     returnable: u64,
     /// A task is calling the lease script for this key (see [`Refill`]); the others wait for it.
     refilling: bool,
+    /// The next lease, taken ahead of need (`LeaseConfig::renew_below`): its units and their
+    /// expiry, spent once the live lease cannot serve a request.
+    next: u64,
+    next_until: Nanos,
+    /// The live lease's call ahead was made (one per lease, whatever its outcome: a refused or
+    /// failed one is not repeated until a new lease is live).
+    ahead_taken: bool,
     stats: LeaseStats,
 }
 
 impl Local {
     /// An admission's answer: the shared quota's estimate ([`Bucket::estimate`]).
     fn allowed(&self, now: Nanos, bucket: Bucket) -> Decision {
-        let live = if now < self.lease_until {
-            self.tokens
-        } else {
-            0
-        };
+        let live = self.live(now);
         let (remaining, reset) = bucket.estimate(self.shared, self.shared_at, live, now);
         Decision::allowed(remaining, reset)
     }
@@ -119,6 +132,9 @@ impl Local {
                 self.reset_at.saturating_sub(now),
             ));
         }
+        if !(now < self.lease_until && self.tokens >= cost) && now < self.next_until {
+            self.promote(now);
+        }
         if now < self.lease_until && self.tokens >= cost {
             self.tokens -= cost;
             self.returnable += cost;
@@ -128,11 +144,49 @@ impl Local {
         None
     }
 
-    /// Drops an expired lease's tokens, counting them as stranded.
+    /// Units held in live leases at `now` (the live one's and the next one's).
+    fn live(&self, now: Nanos) -> u64 {
+        let mut live = 0;
+        if now < self.lease_until {
+            live += self.tokens;
+        }
+        if now < self.next_until {
+            live += self.next;
+        }
+        live
+    }
+
+    /// The next lease becomes the live one. The live one's units, too few for the request (or
+    /// expired, then stranded), travel into it as a lease call's leftover does.
+    fn promote(&mut self, now: Nanos) {
+        self.expire(now);
+        self.tokens += std::mem::take(&mut self.next);
+        self.lease_until = std::mem::take(&mut self.next_until);
+        self.ahead_taken = false;
+        // A new lease: refunds of what earlier leases admitted no longer come back (see `refund`).
+        self.returnable = 0;
+    }
+
+    /// Whether the admission just made should take the next lease ahead: the live lease holds
+    /// fewer than `below` units, no next lease is held, no call is in flight and none was made
+    /// ahead for this lease.
+    fn renews(&self, now: Nanos, below: u64) -> bool {
+        self.tokens < below
+            && now < self.lease_until
+            && now >= self.next_until
+            && !self.refilling
+            && !self.ahead_taken
+    }
+
+    /// Drops expired leases' tokens, counting them as stranded.
     fn expire(&mut self, now: Nanos) {
         if now >= self.lease_until && self.tokens > 0 {
             self.stats.stranded += self.tokens;
             self.tokens = 0;
+        }
+        if now >= self.next_until && self.next > 0 {
+            self.stats.stranded += self.next;
+            self.next = 0;
         }
     }
 }
@@ -213,18 +267,22 @@ impl Drop for Refill<'_> {
 ///   up to one lease lifetime after it was granted (units of a lease too few for a request of cost
 ///   > 1 are carried into the next lease, so for costs above 1 add at most `cost − 1` units).
 /// * **Under-admission (stranded capacity)**: units whose lease expires unspent are lost, at most `k`
-///   per instance per lease lifetime (each instance holds at most one lease per key), plus the
+///   per instance per lease lifetime (each instance holds at most one lease per key; with
+///   [`LeaseConfig::renew_below`] `r`, at most `k + r`: the next lease, and what the live one held
+///   when the next was taken), plus the
 ///   denial cache may deny for up to one `retry_after` that another instance's future grants cannot
 ///   shorten (grants only ever push the bucket's TAT later, so this never denies what the bucket would
 ///   admit, up to clock-rate differences).
 /// * **Fleet bound, both ways** (checked by `tests/fleet.rs`): `n` instances sharing a key from a
 ///   full bucket over `[0, T]` admit at most `burst + rate × T` (as one per-request limiter), and at
-///   least the per-request count minus `n × k × (⌈T / ttl⌉ + 1)`: every granted unit is admitted,
+///   least the per-request count minus `n × k × (⌈T / ttl⌉ + 1)` (`n × (k + r) × …` with
+///   `renew_below` `r`): every granted unit is admitted,
 ///   stranded or still held, and each instance strands or holds at most `k` units per lease it
 ///   takes (at most one per lifetime while demand lasts, plus the one live at `T`). Measured with 4
 ///   instances, `k` = 10, ttl 6 s, 500/min burst 50 over 2 min (simulated): admissions equal the
 ///   per-request GCRA's at 0.5×, 1× and 4× demand (500, 1000, 1049); 204 units stranded at 0.5×
-///   cost nothing because demand was below the rate. With 4 separate processes in real time (1000/s
+///   cost nothing because demand was below the rate; with `renew_below` = 5 (`k + r` in the bound)
+///   500, 1000, 1048, with 320 stranded at 0.5×. With 4 separate processes in real time (1000/s
 ///   burst 100, `k` = 20, ttl 100 ms, 5 s; `results/redis-fleet`) saturated admissions equalled the
 ///   per-request GCRA's too (5097 against an allowance of 5099).
 ///
@@ -275,6 +333,9 @@ pub struct LeasedLimiter<C = ConnectionManager, K = MonotonicClock> {
 /// How a request is served: from local state, through its key's slot, or without one.
 enum Route {
     Local(Decision),
+    /// Answered locally; the caller takes the key's next lease ahead of need (see
+    /// [`LeaseConfig::renew_below`]) before it answers.
+    Ahead(Decision, Arc<Slot>),
     Slot(Arc<Slot>),
     /// The key's shard is full of live keys.
     Untracked,
@@ -340,6 +401,7 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
             lease: LeaseConfig {
                 size: lease.size.min(quota.burst()),
                 min_grant: lease.min_grant.clamp(1, lease.size.min(quota.burst())),
+                renew_below: lease.renew_below.min(lease.size.min(quota.burst())),
                 ..lease
             },
             clock,
@@ -368,7 +430,8 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
         &self.quota
     }
 
-    /// The lease sizing in effect (`size` clamped to the burst, `min_grant` to `1..=size`).
+    /// The lease sizing in effect (`size` clamped to the burst, `min_grant` to `1..=size`,
+    /// `renew_below` to `size`).
     pub fn lease_config(&self) -> LeaseConfig {
         self.lease
     }
@@ -469,15 +532,11 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
         for slot in slots {
             let local = slot.local();
             let s = local.stats;
-            let live = if now < local.lease_until {
-                local.tokens
-            } else {
-                0
-            };
+            let live = local.live(now);
             total.leased += s.leased;
             total.admitted += s.admitted;
             total.refunded += s.refunded;
-            total.stranded += s.stranded + (local.tokens - live);
+            total.stranded += s.stranded + (local.tokens + local.next - live);
             total.held += live;
             total.redis_calls += s.redis_calls;
             total.cached_denials += s.cached_denials;
@@ -514,7 +573,19 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
         let shard = (self.hasher.hash_one(key) as usize) & (SHARDS - 1);
         let mut table = self.table(shard);
         if let Some(slot) = table.get(key) {
-            return match slot.local().try_local(now, cost, self.bucket()) {
+            let mut local = slot.local();
+            return match local.try_local(now, cost, self.bucket()) {
+                Some(decision)
+                    if cost > 0
+                        && decision.is_allowed()
+                        && local.renews(now, self.lease.renew_below) =>
+                {
+                    local.refilling = true;
+                    local.ahead_taken = true;
+                    local.stats.redis_calls += 1;
+                    drop(local);
+                    Route::Ahead(decision, Arc::clone(slot))
+                }
                 Some(decision) => Route::Local(decision),
                 None => Route::Slot(Arc::clone(slot)),
             };
@@ -528,7 +599,7 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
                     return true;
                 }
                 let local = slot.local();
-                now < local.lease_until || now < local.denied_until
+                now < local.lease_until || now < local.next_until || now < local.denied_until
             });
             if table.len() >= capacity {
                 // Every entry is live (or in use): keep the bound rather than evict a live lease.
@@ -600,8 +671,36 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
         // a kilobyte, which every local decision's future would otherwise carry and move.
         match self.route(key, now, cost) {
             Route::Local(decision) => Ok(decision),
+            Route::Ahead(decision, slot) => {
+                Box::pin(self.lease_ahead(key, at, &slot)).await;
+                Ok(decision)
+            }
             Route::Slot(slot) => Box::pin(self.lease_call(key, at, cost, now, &slot)).await,
             Route::Untracked => Box::pin(self.run_untracked(key, at, cost)).await,
+        }
+    }
+
+    /// The key's next lease, taken ahead of need by an admission that left the live one below
+    /// [`LeaseConfig::renew_below`] (the caller has set `refilling`): up to `size` units, at
+    /// least 1. A refusal or a failed call leaves no next lease (the requests that find the live
+    /// one spent then make the call themselves).
+    async fn lease_ahead(&self, key: &str, at: Option<Nanos>, slot: &Slot) {
+        // Frees the key for the next call and wakes its waiters when this ends, however it ends.
+        let _refill = Refill { slot, leftover: 0 };
+        let time = scripts::time_arg(&self.config, at);
+        let max = self.lease.size.to_string();
+        let head = [&*time, "1", &*max];
+        let result = self.lease_script(key, head).await;
+        let now = at.unwrap_or_else(|| self.clock.now());
+        let mut local = slot.local();
+        if let Ok(reply) = result
+            && reply.a > 0
+        {
+            local.stats.leased += reply.a;
+            local.next = reply.a;
+            local.next_until = now.saturating_add(self.lease_ttl);
+            local.shared = reply.b;
+            local.shared_at = now;
         }
     }
 
@@ -665,6 +764,7 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
         // A new lease: refunds of what earlier leases admitted no longer come back (see `refund`).
         local.returnable = cost;
         local.lease_until = now.saturating_add(self.lease_ttl);
+        local.ahead_taken = false;
         local.shared = reply.b;
         local.shared_at = now;
         Ok(local.allowed(now, self.bucket()))

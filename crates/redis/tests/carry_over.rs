@@ -271,6 +271,7 @@ async fn a_spent_burst_stays_spent_after_a_tightening_in_every_script() {
         ttl: Duration::from_secs(1),
         min_grant: 1,
         max_keys: 16,
+        renew_below: 0,
     };
     let leased =
         LeasedLimiter::new(connect(&server.url(), &cfg).unwrap(), slow, cfg, lease).unwrap();

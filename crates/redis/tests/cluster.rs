@@ -107,6 +107,7 @@ async fn every_algorithm_and_the_lease_mode_on_keys_over_all_slots() {
             ttl: Duration::from_secs(3600),
             min_grant: 1,
             max_keys: 1000,
+            renew_below: 0,
         };
         instances.push(Arc::new(
             LeasedLimiter::new(
@@ -208,6 +209,7 @@ async fn a_slot_migrated_under_load_loses_no_decision_and_holds_the_quota() {
         ttl: Duration::from_secs(3600),
         min_grant: 1,
         max_keys: 100,
+        renew_below: 0,
     };
     let leased = Arc::new(
         LeasedLimiter::new(

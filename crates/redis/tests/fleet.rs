@@ -109,12 +109,13 @@ async fn per_request<A: RedisEncoding>(limiters: Vec<RedisLimiter<A>>, demand: u
     }
 }
 
-async fn leased(server: &RedisServer, prefix: &str, demand: u64) -> Run {
+async fn leased(server: &RedisServer, prefix: &str, demand: u64, renew_below: u64) -> Run {
     let lease = LeaseConfig {
         size: LEASE,
         ttl: LEASE_TTL,
         min_grant: 1,
         max_keys: 16,
+        renew_below,
     };
     let limiters: Vec<_> = (0..INSTANCES)
         .map(|_| {
@@ -149,21 +150,34 @@ async fn leased(server: &RedisServer, prefix: &str, demand: u64) -> Run {
 /// The lease mode's documented error bound (see `LeasedLimiter`'s docs), for `instances` instances
 /// over `secs` from a full bucket: every unit of the bucket is admitted, stranded (expired unspent)
 /// or held in a live lease, and each instance strands or holds at most `size` units per lease
-/// lifetime started, so admitted ≥ the per-request count − `instances × size × (⌈secs/ttl⌉ + 1)`.
-fn lease_slack() -> u64 {
+/// lifetime started, so admitted ≥ the per-request count − `instances × size × (⌈secs/ttl⌉ + 1)`;
+/// with leases taken ahead below `renew_below` units, `size + renew_below` per lifetime (the next
+/// lease and what the live one had left when it was taken).
+fn lease_slack(renew_below: u64) -> u64 {
     let lifetimes = (UNITS * UNIT_NS).div_ceil(LEASE_TTL.as_nanos() as u64) + 1;
-    INSTANCES as u64 * LEASE * lifetimes
+    INSTANCES as u64 * (LEASE + renew_below) * lifetimes
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_instances_share_one_quota_per_request_and_leased() {
+    share_one_quota(0).await;
+}
+
+/// As above with each lease's successor taken ahead once it holds fewer than half its units.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_instances_share_one_quota_with_leases_taken_ahead() {
+    share_one_quota(LEASE / 2).await;
+}
+
+async fn share_one_quota(renew_below: u64) {
+    let lease_slack = || lease_slack(renew_below);
     let server = RedisServer::start();
     let allowance = gcra_allowance();
     let mut rows = Vec::new();
     for (n, demand) in [RATE / 2, RATE, 4 * RATE].into_iter().enumerate() {
         let g = per_request_gcra(&server, &format!("g{n}:"), demand).await;
         let f = per_request_fixed(&server, &format!("f{n}:"), demand).await;
-        let l = leased(&server, &format!("l{n}:"), demand).await;
+        let l = leased(&server, &format!("l{n}:"), demand, renew_below).await;
         let wanted = demand * UNITS;
         // Per-request GCRA: exact. Below or at the rate everything passes (evenly spaced requests,
         // full bucket); above it, burst + rate × elapsed (the last request lands just before the

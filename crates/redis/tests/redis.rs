@@ -46,6 +46,7 @@ fn lease(size: u64, ttl: Duration) -> LeaseConfig {
         size,
         ttl,
         max_keys: 16,
+        renew_below: 0,
         min_grant: 1,
     }
 }
@@ -829,6 +830,156 @@ async fn lease_leftovers_carry_into_the_next_lease_for_larger_costs() {
     assert_eq!((s.leased, s.admitted, s.held), (10, 9, 1));
     // Cost 0 is answered locally.
     assert!(check(0).await.unwrap().is_allowed());
+}
+
+/// Leases of 10 units for `ttl`, the next taken ahead once the live one holds fewer than 5.
+fn lease_ahead(ttl: Duration) -> LeaseConfig {
+    LeaseConfig {
+        renew_below: 5,
+        ..lease(10, ttl)
+    }
+}
+
+/// With `renew_below`, the admission that leaves the live lease below it takes the next lease, and
+/// the requests after it spend the live lease, then the next, without a lease call: here while the
+/// server holds every command.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_taken_ahead_keeps_a_busy_key_from_waiting_on_a_lease_call() {
+    let server = RedisServer::start();
+    let leased = leased_limiter(
+        &server,
+        Quota::per_second(1000).unwrap(),
+        lease_ahead(Duration::from_secs(10)),
+    );
+    let now: Nanos = EPOCH_US * 1000;
+    // A lease of 10 (1 call); the 6th admission leaves 4 and takes the next 10 (a 2nd call).
+    assert_eq!(admitted(6, || leased.try_check_at("k", now, 1)).await, 6);
+    let s = leased.stats_at(now);
+    assert_eq!((s.redis_calls, s.leased, s.held), (2, 20, 14));
+    // 4 from the live lease, 5 from the next (which then holds 5: no call yet), all answered while
+    // the server answers nothing.
+    server.pause_clients(1_000);
+    for _ in 0..9 {
+        let d = tokio::time::timeout(Duration::from_millis(500), leased.try_check_at("k", now, 1))
+            .await
+            .expect("answered locally");
+        assert!(d.unwrap().is_allowed());
+    }
+    let s = leased.stats_at(now);
+    assert_eq!((s.redis_calls, s.admitted, s.held), (2, 15, 5));
+    // An admission's `remaining` counts both leases' units (the shared quota's estimate).
+    assert_eq!(s.leased - s.admitted, s.held);
+}
+
+/// A lease taken ahead lives one lifetime from its grant, as any: spent once the live lease is
+/// too few or expired (the live one's units too few for the request travelling into it), and
+/// stranded when it expires unspent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_taken_ahead_lives_one_lifetime_from_its_grant() {
+    let server = RedisServer::start();
+    let leased = leased_limiter(
+        &server,
+        Quota::per_second(1000).unwrap(),
+        lease_ahead(Duration::from_millis(100)),
+    );
+    let t0: Nanos = EPOCH_US * 1000;
+    let ms = 1_000_000;
+    // Key "a": 5 admissions at t0 and the 6th at t0 + 50 ms, which takes the next lease, live
+    // until t0 + 150 ms; the first expires at t0 + 100 ms holding 4.
+    assert_eq!(admitted(5, || leased.try_check_at("a", t0, 1)).await, 5);
+    assert!(
+        leased
+            .try_check_at("a", t0 + 50 * ms, 1)
+            .await
+            .unwrap()
+            .is_allowed()
+    );
+    // At t0 + 120 ms the next lease serves (the first's 4 stranded), no call.
+    assert!(
+        leased
+            .try_check_at("a", t0 + 120 * ms, 1)
+            .await
+            .unwrap()
+            .is_allowed()
+    );
+    let s = leased.stats_at(t0 + 120 * ms);
+    assert_eq!((s.redis_calls, s.stranded, s.held), (2, 4, 9));
+    // At t0 + 150 ms it has expired too: its 9 stranded, a new lease taken.
+    assert!(
+        leased
+            .try_check_at("a", t0 + 150 * ms, 1)
+            .await
+            .unwrap()
+            .is_allowed()
+    );
+    let s = leased.stats_at(t0 + 150 * ms);
+    assert_eq!((s.redis_calls, s.stranded, s.held), (3, 13, 9));
+
+    // Key "b": a request of cost 3 finds 2 units in the live lease: they travel into the next
+    // (2 + 10 - 3 = 9 left), no call.
+    assert_eq!(admitted(8, || leased.try_check_at("b", t0, 1)).await, 8);
+    let before = leased.stats_at(t0).redis_calls;
+    assert!(leased.try_check_at("b", t0, 3).await.unwrap().is_allowed());
+    let s = leased.stats_at(t0);
+    assert_eq!(s.redis_calls, before);
+    // Every admitted unit was granted: admitted + held + stranded = leased.
+    assert_eq!(s.admitted + s.held + s.stranded, s.leased);
+}
+
+/// A lease taken ahead and never spent is stranded when it expires, and counted so after the next
+/// lease taken ahead replaces it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_taken_ahead_and_never_spent_is_stranded() {
+    let server = RedisServer::start();
+    let leased = leased_limiter(
+        &server,
+        Quota::per_second(1000).unwrap(),
+        lease_ahead(Duration::from_millis(100)),
+    );
+    let t0: Nanos = EPOCH_US * 1000;
+    let t1 = t0 + 100_000_000;
+    // 6 at t0: a lease of 10 and the next taken ahead, both live until t1.
+    assert_eq!(admitted(6, || leased.try_check_at("k", t0, 1)).await, 6);
+    // At t1 both have expired (4 + 10 stranded): a new lease, then 5 more take the next ahead.
+    assert_eq!(admitted(6, || leased.try_check_at("k", t1, 1)).await, 6);
+    let s = leased.stats_at(t1);
+    assert_eq!(
+        (s.redis_calls, s.leased, s.stranded, s.held),
+        (4, 40, 14, 14)
+    );
+    assert_eq!(s.admitted + s.held + s.stranded, s.leased);
+}
+
+/// A lease call ahead that fails leaves the admission that made it admitted, and no next lease;
+/// it is not made again for the same lease (the requests below the mark do not each wait on a
+/// failing server).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_lease_call_ahead_leaves_no_next_lease() {
+    let server = RedisServer::start();
+    let cfg = config().with_timeout(Duration::from_millis(100));
+    let leased = LeasedLimiter::new(
+        manager(&server, &cfg),
+        Quota::per_second(1000).unwrap(),
+        cfg,
+        lease_ahead(Duration::from_secs(10)),
+    )
+    .unwrap();
+    let now: Nanos = EPOCH_US * 1000;
+    assert_eq!(admitted(5, || leased.try_check_at("k", now, 1)).await, 5);
+    server.pause_clients(300);
+    // The 6th admission's call ahead times out; the request is admitted all the same.
+    assert!(leased.try_check_at("k", now, 1).await.unwrap().is_allowed());
+    let s = leased.stats_at(now);
+    assert_eq!((s.redis_calls, s.leased, s.held), (2, 10, 4));
+    // The 4 left, locally, with no call ahead again, while the server still holds every command.
+    for _ in 0..4 {
+        let d = tokio::time::timeout(Duration::from_millis(50), leased.try_check_at("k", now, 1))
+            .await
+            .expect("answered locally");
+        assert!(d.unwrap().is_allowed());
+    }
+    let s = leased.stats_at(now);
+    assert_eq!((s.redis_calls, s.admitted, s.held), (2, 10, 0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

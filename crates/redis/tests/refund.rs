@@ -519,6 +519,7 @@ async fn lease_refunds_return_units_to_the_live_lease_locally() {
             ttl: Duration::from_secs(10),
             min_grant: 1,
             max_keys: 16,
+            renew_below: 0,
         },
         clock,
     )

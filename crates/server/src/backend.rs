@@ -33,7 +33,7 @@ pub enum Backend {
 /// # prefix = "tollgate:"           key namespace (then "<domain>:<rule>:<algorithm>:<key>")
 /// # timeout = "50ms"               per Redis call; then the fail policy answers
 /// # breaker = { failures = 3, probe_interval = "100ms" }   failures = 0: no breaker
-/// # lease = { size = 100, ttl = "100ms", min_grant = 1, max_keys = 10000 }   lease mode only
+/// # lease = { size = 100, ttl = "100ms", min_grant = 1, max_keys = 10000, renew_below = 0 }   lease mode only
 /// # username = "limiter"           an ACL user (AUTH username password)
 /// # password_file = "/run/secrets/redis"   or password_env = "REDIS_PASSWORD" (never both)
 /// # tls = { ca_file = "ca.crt", client_cert = "c.crt", client_key = "c.key" }   rediss:// only
@@ -166,8 +166,8 @@ impl Default for BreakerSettings {
     }
 }
 
-/// `lease = { size = 100, ttl = "100ms", min_grant = 1, max_keys = 10000 }` (tollgate-redis
-/// `LeaseConfig`; every field optional).
+/// `lease = { size = 100, ttl = "100ms", min_grant = 1, max_keys = 10000, renew_below = 0 }`
+/// (tollgate-redis `LeaseConfig`; every field optional).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct LeaseSettings {
@@ -183,6 +183,11 @@ pub struct LeaseSettings {
     /// Most keys a replica tracks locally per rule.
     #[serde(default = "default_max_keys")]
     pub max_keys: usize,
+    /// Units left in a live lease below which the next lease is taken ahead of need, so that a
+    /// busy key's requests do not wait on the lease call (tollgate-redis
+    /// `LeaseConfig::renew_below`); 0, the default: only when a request needs one.
+    #[serde(default)]
+    pub renew_below: u64,
 }
 
 impl Default for LeaseSettings {
@@ -192,6 +197,7 @@ impl Default for LeaseSettings {
             ttl: default_lease_ttl(),
             min_grant: default_min_grant(),
             max_keys: default_max_keys(),
+            renew_below: 0,
         }
     }
 }

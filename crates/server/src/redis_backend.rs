@@ -103,6 +103,7 @@ fn settings(domain: &str, backend: &RedisBackend) -> RedisSettings {
                 ttl: l.ttl,
                 min_grant: l.min_grant,
                 max_keys: l.max_keys,
+                renew_below: l.renew_below,
             }
         }),
         timeout: backend.timeout,
@@ -148,4 +149,37 @@ pub fn build(
         None => RedisPolicy::new(policy.clone(), conn, settings),
     };
     built.map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every `lease = { ... }` field reaches the limiter's `LeaseConfig`.
+    #[test]
+    fn a_lease_table_reaches_the_lease_config() {
+        let backend: RedisBackend = toml::from_str(
+            r#"
+            url = "redis://127.0.0.1:6379/"
+            mode = "lease"
+            lease = { size = 40, ttl = "250ms", min_grant = 3, max_keys = 500, renew_below = 20 }
+            "#,
+        )
+        .unwrap();
+        let lease = settings("edge", &backend).lease.unwrap();
+        assert_eq!(
+            (
+                lease.size,
+                lease.ttl,
+                lease.min_grant,
+                lease.max_keys,
+                lease.renew_below
+            ),
+            (40, Duration::from_millis(250), 3, 500, 20)
+        );
+        // Omitted, it is off.
+        let backend: RedisBackend =
+            toml::from_str("url = \"redis://127.0.0.1:6379/\"\nmode = \"lease\"\n").unwrap();
+        assert_eq!(settings("edge", &backend).lease.unwrap().renew_below, 0);
+    }
 }

@@ -42,6 +42,7 @@ const LEASE: LeaseConfig = LeaseConfig {
     ttl: Duration::from_secs(1),
     min_grant: 1,
     max_keys: 2 * KEYS,
+    renew_below: 0,
 };
 
 fn key(i: usize) -> String {

@@ -38,6 +38,7 @@ const LEASE: LeaseConfig = LeaseConfig {
     ttl: Duration::from_millis(100),
     min_grant: 1,
     max_keys: 16,
+    renew_below: 0,
 };
 /// Concurrent tasks per member (so a slow call does not hold back the schedule).
 const TASKS: u64 = 4;

@@ -132,6 +132,7 @@ async fn main() {
         size: 1000,
         ttl: Duration::from_millis(100),
         max_keys: 1024,
+        renew_below: 0,
         min_grant: 1,
     };
     // A burst of 10^8 so that demand, not the quota, sets the pace (1 M/s alone would cap one key).
@@ -221,6 +222,7 @@ async fn lease_accuracy(
         size: 100,
         ttl: Duration::from_millis(20),
         max_keys: 16,
+        renew_below: 0,
         min_grant,
     };
     let instances: Vec<Arc<LeasedLimiter>> = (0..4)
