@@ -832,12 +832,20 @@ async fn lease_leftovers_carry_into_the_next_lease_for_larger_costs() {
     assert!(check(0).await.unwrap().is_allowed());
 }
 
-/// Leases of 10 units for `ttl`, the next taken ahead once the live one holds fewer than 5.
+/// Leases of 10 units for `ttl`, the next taken ahead once the live one holds fewer than 5; room
+/// for 1 000 keys (16 would leave one per table shard: a second key could find its shard full and
+/// be decided untracked).
 fn lease_ahead(ttl: Duration) -> LeaseConfig {
     LeaseConfig {
         renew_below: 5,
+        max_keys: 1_000,
         ..lease(10, ttl)
     }
+}
+
+/// A leased limiter of 1000/s with [`lease_ahead`]'s leases.
+fn leased_ahead(server: &RedisServer, ttl: Duration) -> LeasedLimiter {
+    leased_limiter(server, Quota::per_second(1000).unwrap(), lease_ahead(ttl))
 }
 
 /// With `renew_below`, the admission that leaves the live lease below it takes the next lease, and
@@ -846,11 +854,7 @@ fn lease_ahead(ttl: Duration) -> LeaseConfig {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_taken_ahead_keeps_a_busy_key_from_waiting_on_a_lease_call() {
     let server = RedisServer::start();
-    let leased = leased_limiter(
-        &server,
-        Quota::per_second(1000).unwrap(),
-        lease_ahead(Duration::from_secs(10)),
-    );
+    let leased = leased_ahead(&server, Duration::from_secs(10));
     let now: Nanos = EPOCH_US * 1000;
     // A lease of 10 (1 call); the 6th admission leaves 4 and takes the next 10 (a 2nd call).
     assert_eq!(admitted(6, || leased.try_check_at("k", now, 1)).await, 6);
@@ -877,11 +881,7 @@ async fn a_lease_taken_ahead_keeps_a_busy_key_from_waiting_on_a_lease_call() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_taken_ahead_lives_one_lifetime_from_its_grant() {
     let server = RedisServer::start();
-    let leased = leased_limiter(
-        &server,
-        Quota::per_second(1000).unwrap(),
-        lease_ahead(Duration::from_millis(100)),
-    );
+    let leased = leased_ahead(&server, Duration::from_millis(100));
     let t0: Nanos = EPOCH_US * 1000;
     let ms = 1_000_000;
     // Key "a": 5 admissions at t0 and the 6th at t0 + 50 ms, which takes the next lease, live
@@ -931,11 +931,7 @@ async fn a_lease_taken_ahead_lives_one_lifetime_from_its_grant() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_taken_ahead_and_never_spent_is_stranded() {
     let server = RedisServer::start();
-    let leased = leased_limiter(
-        &server,
-        Quota::per_second(1000).unwrap(),
-        lease_ahead(Duration::from_millis(100)),
-    );
+    let leased = leased_ahead(&server, Duration::from_millis(100));
     let t0: Nanos = EPOCH_US * 1000;
     let t1 = t0 + 100_000_000;
     // 6 at t0: a lease of 10 and the next taken ahead, both live until t1.
