@@ -696,6 +696,8 @@ impl<C: ConnectionLike + Clone + Send + Sync, K: Clock> LeasedLimiter<C, K> {
         if let Ok(reply) = result
             && reply.a > 0
         {
+            // Units that expired meanwhile are counted stranded, never overwritten.
+            local.expire(now);
             local.stats.leased += reply.a;
             local.next = reply.a;
             local.next_until = now.saturating_add(self.lease_ttl);
