@@ -42,7 +42,9 @@ pub struct LeaseConfig {
     /// Units left in a live lease below which the admission that leaves fewer takes the key's next
     /// lease ahead of need (one call at a time per key, as any lease call), so that the requests
     /// after it go on spending the live lease instead of waiting on a lease call when it runs out:
-    /// a key busier than a round trip to Redis never waits. The next lease's units are spent once
+    /// a key whose requests spend fewer than `renew_below` units in one round trip to Redis does
+    /// not wait for its lease running out (a lease that expires before it is spent below the mark
+    /// is still renewed by the request that finds it expired). The next lease's units are spent once
     /// the live one's are too few or expired, and live one lifetime from their grant, as any
     /// lease's (see [`LeasedLimiter`]'s error bound). The admission that takes it answers when the
     /// call ends (its answer already decided; a failed call only leaves no next lease). `0` (the
