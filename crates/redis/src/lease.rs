@@ -134,16 +134,21 @@ impl Local {
                 self.reset_at.saturating_sub(now),
             ));
         }
-        if !(now < self.lease_until && self.tokens >= cost) && now < self.next_until {
+        if !self.covers(now, cost) && now < self.next_until {
             self.promote(now);
         }
-        if now < self.lease_until && self.tokens >= cost {
+        if self.covers(now, cost) {
             self.tokens -= cost;
             self.returnable += cost;
             self.stats.admitted += cost;
             return Some(self.allowed(now, bucket));
         }
         None
+    }
+
+    /// Whether the live lease can admit `cost` units at `now`.
+    fn covers(&self, now: Nanos, cost: u64) -> bool {
+        now < self.lease_until && self.tokens >= cost
     }
 
     /// Units held in live leases at `now` (the live one's and the next one's).
