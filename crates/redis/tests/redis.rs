@@ -72,6 +72,21 @@ where
     admitted
 }
 
+/// Runs `check` `n` times, asserting that each is answered within `within` (where the server holds
+/// every command: from local state) and admitted.
+async fn admitted_locally<F, Fut>(n: usize, within: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Decision, Error>>,
+{
+    for _ in 0..n {
+        let d = tokio::time::timeout(within, check())
+            .await
+            .expect("answered locally");
+        assert!(d.unwrap().is_allowed());
+    }
+}
+
 /// Waits for every task and sums what they admitted.
 async fn total(tasks: Vec<JoinHandle<u64>>) -> u64 {
     let mut admitted = 0;
@@ -863,12 +878,10 @@ async fn a_lease_taken_ahead_keeps_a_busy_key_from_waiting_on_a_lease_call() {
     // 4 from the live lease, 5 from the next (which then holds 5: no call yet), all answered while
     // the server answers nothing.
     server.pause_clients(1_000);
-    for _ in 0..9 {
-        let d = tokio::time::timeout(Duration::from_millis(500), leased.try_check_at("k", now, 1))
-            .await
-            .expect("answered locally");
-        assert!(d.unwrap().is_allowed());
-    }
+    admitted_locally(9, Duration::from_millis(500), || {
+        leased.try_check_at("k", now, 1)
+    })
+    .await;
     let s = leased.stats_at(now);
     assert_eq!((s.redis_calls, s.admitted, s.held), (2, 15, 5));
     // An admission's `remaining` counts both leases' units (the shared quota's estimate).
@@ -959,12 +972,10 @@ async fn a_failed_lease_call_ahead_leaves_no_next_lease() {
     let s = leased.stats_at(now);
     assert_eq!((s.redis_calls, s.leased, s.held), (2, 10, 4));
     // The 4 left, locally, with no call ahead again, while the server still holds every command.
-    for _ in 0..4 {
-        let d = tokio::time::timeout(Duration::from_millis(50), leased.try_check_at("k", now, 1))
-            .await
-            .expect("answered locally");
-        assert!(d.unwrap().is_allowed());
-    }
+    admitted_locally(4, Duration::from_millis(50), || {
+        leased.try_check_at("k", now, 1)
+    })
+    .await;
     let s = leased.stats_at(now);
     assert_eq!((s.redis_calls, s.admitted, s.held), (2, 10, 0));
 }
@@ -984,10 +995,10 @@ async fn a_lease_call_cancelled_puts_its_leftover_back() {
     assert!(cancelled.is_err(), "{cancelled:?}");
     // The unit is back in the pool and the key free: a cost-1 request is answered locally, while
     // the server still holds every command.
-    let local = tokio::time::timeout(Duration::from_millis(500), leased.try_check_at("k", now, 1))
-        .await
-        .expect("answered locally");
-    assert!(local.unwrap().is_allowed());
+    admitted_locally(1, Duration::from_millis(500), || {
+        leased.try_check_at("k", now, 1)
+    })
+    .await;
     let s = leased.stats_at(now);
     assert_eq!((s.admitted, s.held, s.redis_calls), (4, 0, 2));
 }
